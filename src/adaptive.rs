@@ -1,0 +1,121 @@
+//! How many tokens to draft in the next round.
+//!
+//! Why it is shaped this way: on a GPU, verifying k tokens costs about one step, so drafting more
+//! is nearly free and the usual rule is "grow k after full acceptance, shrink after a rejection".
+//! On a CPU (and for small targets) verifying k tokens costs close to k steps, so speculation only
+//! pays when acceptance is high — and a fixed k can be slower than the target alone (the reference
+//! measured k = 4, D = 1 slower than target-only). So the adaptive policy *measures* the costs it
+//! decides between and picks the k with the best expected tokens per second:
+//!
+//!   E[tokens | k] = (1 − α^(k+1)) / (1 − α)          (α: per-token acceptance, bonus included)
+//!   cost(k)       = k · t_draft + t_verify(k + 1)
+//!
+//! with k = 0 meaning an ordinary target step (1 token for t_verify(1)). α is a running average of
+//! observed acceptance; t_draft and t_verify(n) are running averages of measured times. When k = 0
+//! wins, a short probe round is still made every few steps so that α and the timings stay current
+//! (the text, and so the acceptance, changes along the way). Within a round drafting stops early
+//! when the draft's own top probability is low: such tokens are rarely accepted and each costs a
+//! draft step plus a verify row.
+
+/// Largest draft length the policy (and the fixed setting) allows.
+pub const MAX_DRAFT_LEN: usize = 16;
+/// Drafting stops when the draft's most likely token has less probability than this.
+pub const MIN_DRAFT_CONFIDENCE: f32 = 0.3;
+/// After this many consecutive target-only steps, probe with a short draft.
+const PROBE_EVERY: usize = 8;
+const PROBE_LEN: usize = 2;
+/// Weight of the newest observation in the running averages.
+const EMA: f64 = 0.25;
+
+#[derive(Debug, Clone)]
+pub struct AdaptivePolicy {
+    /// Running per-token acceptance probability.
+    alpha: f64,
+    /// Seconds per draft token.
+    t_draft: f64,
+    /// Seconds per verify forward of n tokens, index n (0 unused); None until observed.
+    t_verify: Vec<Option<f64>>,
+    steps_since_probe: usize,
+}
+
+impl Default for AdaptivePolicy {
+    fn default() -> Self {
+        Self { alpha: 0.7, t_draft: 0.0, t_verify: vec![None; MAX_DRAFT_LEN + 2], steps_since_probe: 0 }
+    }
+}
+
+impl AdaptivePolicy {
+    /// Expected cost of a verify forward over n tokens: measured if seen, else interpolated
+    /// linearly from the nearest measured sizes (or assumed proportional to n).
+    fn verify_cost(&self, n: usize) -> Option<f64> {
+        if let Some(t) = self.t_verify.get(n).copied().flatten() {
+            return Some(t);
+        }
+        let below = (1..n).rev().find_map(|i| self.t_verify[i].map(|t| (i, t)));
+        let above = (n + 1..self.t_verify.len()).find_map(|i| self.t_verify[i].map(|t| (i, t)));
+        match (below, above) {
+            (Some((i, ti)), Some((j, tj))) => Some(ti + (tj - ti) * (n - i) as f64 / (j - i) as f64),
+            (Some((i, ti)), None) => Some(ti * n as f64 / i as f64),
+            (None, Some((j, tj))) => Some(tj * n as f64 / j as f64),
+            (None, None) => None,
+        }
+    }
+
+    /// Expected tokens per second of drafting k (k = 0: target step).
+    pub fn expected_rate(&self, k: usize) -> Option<f64> {
+        let cost = k as f64 * self.t_draft + self.verify_cost(k + 1)?;
+        let a = self.alpha.clamp(0.0, 0.999);
+        let tokens = (1.0 - a.powi(k as i32 + 1)) / (1.0 - a);
+        Some(tokens / cost.max(1e-9))
+    }
+
+    /// Draft length for the next round, at most `cap`.
+    pub fn next_len(&mut self, cap: usize) -> usize {
+        let cap = cap.min(MAX_DRAFT_LEN);
+        if cap == 0 {
+            return 0;
+        }
+        // Until both a draft step and a verify have been timed, explore with a small draft.
+        if self.t_draft <= 0.0 || self.verify_cost(1).is_none() {
+            return PROBE_LEN.min(cap);
+        }
+        let best = (0..=cap)
+            .filter_map(|k| self.expected_rate(k).map(|r| (k, r)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(k, _)| k)
+            .unwrap_or(0);
+        if best == 0 {
+            self.steps_since_probe += 1;
+            if self.steps_since_probe >= PROBE_EVERY {
+                self.steps_since_probe = 0;
+                return PROBE_LEN.min(cap);
+            }
+        } else {
+            self.steps_since_probe = 0;
+        }
+        best
+    }
+
+    /// Record one round: `n_proposed` drafted, `n_accepted` accepted, with its timings.
+    pub fn observe(&mut self, n_proposed: usize, n_accepted: usize, draft_s: f64, verify_s: f64) {
+        let n = n_proposed + 1;
+        if let Some(slot) = self.t_verify.get_mut(n) {
+            *slot = Some(match *slot {
+                Some(t) => (1.0 - EMA) * t + EMA * verify_s,
+                None => verify_s,
+            });
+        }
+        if n_proposed > 0 {
+            let per_token = draft_s / n_proposed as f64;
+            self.t_draft = if self.t_draft <= 0.0 { per_token } else { (1.0 - EMA) * self.t_draft + EMA * per_token };
+            // Maximum-likelihood α for a geometric run: accepted / (accepted + rejections).
+            let rejected = usize::from(n_accepted < n_proposed);
+            let obs = n_accepted as f64 / (n_accepted + rejected).max(1) as f64;
+            self.alpha = (1.0 - EMA) * self.alpha + EMA * obs;
+        }
+    }
+
+    pub fn alpha(&self) -> f64 {
+        self.alpha
+    }
+}

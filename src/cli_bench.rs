@@ -1,0 +1,216 @@
+//! `mentor-lab bench`: the reference experiment's methodology in one command. For each
+//! configuration: one warm-up run, then R timed repeats each covering S seeds; a Markdown table of
+//! medians, and optionally every raw measurement as JSON.
+
+use crate::ModelArgs;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use mentor_lab::presets::preset;
+use mentor_lab::{DraftLen, GenerateRequest, MentorRule, Mode, SamplingParams};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    models: ModelArgs,
+    /// A preset (creative, code, qa) or the prompt text itself.
+    #[arg(long, default_value = "creative")]
+    prompt: String,
+    /// Tokens per run (EOS is ignored so every run has the same length).
+    #[arg(long, default_value_t = 256)]
+    tokens: usize,
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    #[arg(long, default_value_t = 3)]
+    seeds: usize,
+    #[arg(long, default_value_t = 0.7)]
+    temperature: f32,
+    /// Configurations: target, draft, fixed=K,tv=D, auto,tv=D, fixed=K,kl=D (add ,nobonus).
+    /// Repeat the flag or separate with spaces.
+    #[arg(long = "config", num_args = 1.., default_values_t = default_configs())]
+    configs: Vec<String>,
+    /// Write every raw measurement to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn default_configs() -> Vec<String> {
+    ["target", "draft", "fixed=4,tv=0", "fixed=4,tv=1", "fixed=8,tv=1", "fixed=8,tv=0.75", "fixed=8,tv=0.5", "auto,tv=0"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// A bench configuration applied on top of a base request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchConfig {
+    pub label: String,
+    pub mode: Mode,
+    pub draft_len: DraftLen,
+    pub rule: MentorRule,
+    pub budget: f64,
+    pub bonus: bool,
+}
+
+pub fn parse_config(s: &str) -> Result<BenchConfig> {
+    let mut c = BenchConfig {
+        label: s.to_string(),
+        mode: Mode::Speculative,
+        draft_len: DraftLen::Fixed(4),
+        rule: MentorRule::Tv,
+        budget: 0.0,
+        bonus: true,
+    };
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = part.split_once('=').unwrap_or((part, ""));
+        match key {
+            "target" => c.mode = Mode::Target,
+            "draft" => c.mode = Mode::Draft,
+            "auto" => c.draft_len = DraftLen::Auto,
+            "fixed" | "k" => c.draft_len = value.parse().map_err(anyhow::Error::msg)?,
+            "tv" | "kl" => {
+                c.rule = key.parse().map_err(anyhow::Error::msg)?;
+                c.budget = value.parse().with_context(|| format!("budget `{value}` in config `{s}` is not a number"))?;
+            }
+            "nobonus" => c.bonus = false,
+            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tv=D, kl=D, nobonus"),
+        }
+    }
+    Ok(c)
+}
+
+#[derive(Serialize)]
+struct Measurement {
+    config: String,
+    repeat: usize,
+    seed: u64,
+    n_tokens: usize,
+    e2e_s: f64,
+    prefill_s: f64,
+    decode_tok_s: f64,
+    n_rounds: usize,
+    n_drafted: usize,
+    n_accepted: usize,
+    acceptance_rate: f64,
+    mean_accepted_len: f64,
+    draft_s: f64,
+    verify_s: f64,
+    mean_target_nll: f64,
+    mean_tv: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) }
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> f64 {
+    let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    if n == 0 { f64::NAN } else { s / n as f64 }
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let configs: Vec<BenchConfig> = args
+        .configs
+        .iter()
+        .flat_map(|c| c.split_whitespace())
+        .map(parse_config)
+        .collect::<Result<_>>()?;
+    let prompt = preset(&args.prompt).map(|p| p.prompt.to_string()).unwrap_or_else(|| args.prompt.clone());
+    let need_draft = configs.iter().any(|c| c.mode != Mode::Target);
+    let mut engine = crate::load_engine(&args.models, need_draft)?;
+    let base = GenerateRequest {
+        prompt,
+        sampling: SamplingParams { temperature: args.temperature, ..SamplingParams::default() },
+        max_tokens: args.tokens,
+        ignore_eos: true,
+        ..GenerateRequest::default()
+    };
+    let threads = candle_core::utils::get_num_threads();
+    eprintln!(
+        "bench: target {} ({}), draft {}, {} threads, {} tokens, {} repeats x {} seeds",
+        engine.target.info.name,
+        engine.target.model.weight_desc,
+        engine.draft.as_ref().map(|d| format!("{} ({})", d.info.name, d.model.weight_desc)).unwrap_or("-".into()),
+        threads,
+        args.tokens,
+        args.repeats,
+        args.seeds
+    );
+    let cancel = AtomicBool::new(false);
+    let mut all: Vec<Measurement> = Vec::new();
+    for c in &configs {
+        let req_for = |seed: u64| GenerateRequest {
+            seed,
+            mode: c.mode,
+            draft_len: c.draft_len,
+            rule: c.rule,
+            budget: c.budget,
+            bonus: c.bonus,
+            ..base.clone()
+        };
+        eprint!("{:<18} warm-up", c.label);
+        engine.generate(&req_for(1_000_003), &cancel, &mut |_| {})?;
+        for repeat in 0..args.repeats {
+            for s in 0..args.seeds {
+                let seed = s as u64;
+                let g = engine.generate(&req_for(seed), &cancel, &mut |_| {})?;
+                let st = &g.stats;
+                eprint!(" {:.2}s", st.e2e_s);
+                all.push(Measurement {
+                    config: c.label.clone(),
+                    repeat,
+                    seed,
+                    n_tokens: st.n_tokens,
+                    e2e_s: st.e2e_s,
+                    prefill_s: st.prefill_s,
+                    decode_tok_s: st.decode_tok_s,
+                    n_rounds: st.n_rounds,
+                    n_drafted: st.n_drafted,
+                    n_accepted: st.n_accepted,
+                    acceptance_rate: st.acceptance_rate,
+                    mean_accepted_len: st.mean_accepted_len,
+                    draft_s: st.draft_s,
+                    verify_s: st.verify_s,
+                    mean_target_nll: st.mean_target_nll,
+                    mean_tv: st.mean_tv,
+                });
+            }
+        }
+        eprintln!();
+    }
+    let target_median = median(all.iter().filter(|m| m.config == "target").map(|m| m.e2e_s).collect());
+    println!("| config | acceptance | avg rounds/request | median e2e (s) | tok/s | speedup vs target-only | mean target NLL | draft s | verify s |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for c in &configs {
+        let ms: Vec<&Measurement> = all.iter().filter(|m| m.config == c.label).collect();
+        let e2e = median(ms.iter().map(|m| m.e2e_s).collect());
+        let spec = c.mode == Mode::Speculative;
+        let drafted: usize = ms.iter().map(|m| m.n_drafted).sum();
+        let accepted: usize = ms.iter().map(|m| m.n_accepted).sum();
+        println!(
+            "| {} | {} | {} | {:.2} | {:.1} | {} | {:.3} | {} | {} |",
+            c.label,
+            if spec && drafted > 0 { format!("{:.1}%", 100.0 * accepted as f64 / drafted as f64) } else { "-".into() },
+            if spec { format!("{:.1}", mean(ms.iter().map(|m| m.n_rounds as f64))) } else { "-".into() },
+            e2e,
+            mean(ms.iter().map(|m| m.n_tokens as f64 / m.e2e_s)),
+            if target_median.is_finite() { format!("{:.2}x", target_median / e2e) } else { "-".into() },
+            mean(ms.iter().map(|m| m.mean_target_nll)),
+            if spec { format!("{:.2}", median(ms.iter().map(|m| m.draft_s).collect())) } else { "-".into() },
+            if spec { format!("{:.2}", median(ms.iter().map(|m| m.verify_s).collect())) } else { "-".into() },
+        );
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&all)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("raw measurements written to {}", path.display());
+    }
+    Ok(())
+}

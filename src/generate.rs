@@ -1,0 +1,643 @@
+//! Generation: target-only, draft-only, and speculative / mentored rounds (draft → verify →
+//! accept), streamed as events, cancellable between steps, with the statistics the reference
+//! experiment reports.
+
+use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN, MIN_DRAFT_CONFIDENCE};
+use crate::error::{EngineError, Result};
+use crate::mentor::{mix, verify_token, MentorRule};
+use crate::model::Transformer;
+use crate::sampling::{nll_at_t1, probabilities, sample_index, uniform, Purpose, SamplingParams};
+use crate::tokenizer::{StreamDecoder, TextTokenizer};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Target,
+    Draft,
+    Speculative,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "target" => Ok(Self::Target),
+            "draft" => Ok(Self::Draft),
+            "speculative" | "spec" | "mentored" => Ok(Self::Speculative),
+            _ => Err(format!("unknown mode `{s}`: use target, draft or speculative")),
+        }
+    }
+}
+
+/// Tokens drafted per round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DraftLen {
+    Fixed(usize),
+    /// Chosen each round by [`AdaptivePolicy`].
+    Auto,
+}
+
+impl Default for DraftLen {
+    fn default() -> Self {
+        DraftLen::Fixed(4)
+    }
+}
+
+impl std::str::FromStr for DraftLen {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        if s.eq_ignore_ascii_case("auto") || s.eq_ignore_ascii_case("adaptive") {
+            return Ok(Self::Auto);
+        }
+        match s.parse::<usize>() {
+            Ok(k) if (1..=MAX_DRAFT_LEN).contains(&k) => Ok(Self::Fixed(k)),
+            _ => Err(format!("draft length must be 1..={MAX_DRAFT_LEN} or `auto`, got `{s}`")),
+        }
+    }
+}
+
+impl std::fmt::Display for DraftLen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DraftLen::Fixed(k) => write!(f, "{k}"),
+            DraftLen::Auto => write!(f, "auto"),
+        }
+    }
+}
+
+/// Everything that defines one run. Same request + same models = same output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GenerateRequest {
+    pub prompt: String,
+    /// Skip the chat template.
+    pub raw: bool,
+    pub sampling: SamplingParams,
+    pub seed: u64,
+    pub max_tokens: usize,
+    pub ignore_eos: bool,
+    pub mode: Mode,
+    /// The budget D (TV distance for the `tv` rule, nats of KL for `kl`). 0 = lossless.
+    pub budget: f64,
+    pub rule: MentorRule,
+    pub draft_len: DraftLen,
+    /// Emit a target token after a fully accepted round (`--no-bonus` turns this off).
+    pub bonus: bool,
+}
+
+impl Default for GenerateRequest {
+    fn default() -> Self {
+        Self {
+            prompt: String::new(),
+            raw: false,
+            sampling: SamplingParams::default(),
+            seed: 42,
+            max_tokens: 128,
+            ignore_eos: false,
+            mode: Mode::Target,
+            budget: 0.0,
+            rule: MentorRule::Tv,
+            draft_len: DraftLen::default(),
+            bonus: true,
+        }
+    }
+}
+
+impl GenerateRequest {
+    pub fn validate(&self) -> Result<()> {
+        self.sampling.validate().map_err(EngineError::InvalidSetting)?;
+        if self.max_tokens == 0 {
+            return Err(EngineError::InvalidSetting("max tokens must be at least 1".into()));
+        }
+        if !(self.budget >= 0.0 && self.budget.is_finite()) {
+            return Err(EngineError::InvalidSetting(format!("the budget must be 0 or more, got {}", self.budget)));
+        }
+        if self.rule == MentorRule::Tv && self.budget > 1.0 {
+            return Err(EngineError::InvalidSetting(format!(
+                "a TV budget is at most 1 (1 = follow the draft), got {}",
+                self.budget
+            )));
+        }
+        if let DraftLen::Fixed(k) = self.draft_len {
+            if !(1..=MAX_DRAFT_LEN).contains(&k) {
+                return Err(EngineError::InvalidSetting(format!("draft length must be 1..={MAX_DRAFT_LEN}, got {k}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where an emitted token came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenSource {
+    /// Sampled from the target (target-only mode, or a round that drafted nothing).
+    Target,
+    /// Proposed by the draft and accepted.
+    DraftAccepted,
+    /// Drawn from the residual after the draft's proposal was rejected.
+    Resampled,
+    /// Sampled from the target after a fully accepted round.
+    Bonus,
+    /// Sampled from the draft alone (draft-only mode).
+    Draft,
+}
+
+/// One emitted token and the numbers behind it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenInfo {
+    pub id: u32,
+    pub text: String,
+    /// Index of the token in the output (0 = first generated token).
+    pub pos: usize,
+    pub source: TokenSource,
+    /// p(x): the target's sampling distribution at this position (None in draft-only mode).
+    pub p_target: Option<f32>,
+    pub q_draft: Option<f32>,
+    pub pi_mixed: Option<f32>,
+    pub accept_prob: Option<f64>,
+    /// d = TV(p, q) at this position.
+    pub tv: Option<f64>,
+    pub theta: Option<f64>,
+    pub round: Option<usize>,
+}
+
+/// One draft + verify round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundInfo {
+    pub index: usize,
+    pub n_proposed: usize,
+    pub n_accepted: usize,
+    /// Tokens this round emitted (accepted + the resampled or bonus token).
+    pub n_emitted: usize,
+    pub draft_s: f64,
+    pub verify_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Stats {
+    pub n_prompt_tokens: usize,
+    pub n_tokens: usize,
+    pub prefill_s: f64,
+    pub e2e_s: f64,
+    pub decode_tok_s: f64,
+    /// Mean −log p(x) of the emitted tokens under the target at temperature 1 (no penalty):
+    /// the quality signal, comparable across sampling settings.
+    pub mean_target_nll: f64,
+    pub n_rounds: usize,
+    pub n_drafted: usize,
+    pub n_accepted: usize,
+    /// accepted / drafted, as the reference reports it.
+    pub acceptance_rate: f64,
+    /// τ: tokens emitted per round.
+    pub mean_accepted_len: f64,
+    /// For each draft position i (0-based), the fraction of proposals at i that were accepted.
+    pub per_position_acceptance: Vec<f64>,
+    pub draft_s: f64,
+    pub verify_s: f64,
+    /// Mean realised TV(π, p) = min(d, D) over verified positions.
+    pub mean_tv: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Generation {
+    pub text: String,
+    pub mode: Mode,
+    pub tokens: Vec<TokenInfo>,
+    pub rounds: Vec<RoundInfo>,
+    pub stats: Stats,
+    pub cancelled: bool,
+}
+
+/// What a run reports while it goes.
+#[derive(Debug, Clone)]
+pub enum GenEvent {
+    /// Prompt processed; decoding starts.
+    Prefilled { n_prompt_tokens: usize, prefill_s: f64 },
+    Token(TokenInfo),
+    Round(RoundInfo),
+}
+
+/// A model and its tokenizer.
+pub struct LoadedModel {
+    pub model: Transformer,
+    pub tokenizer: TextTokenizer,
+    pub info: crate::gguf::ModelInfo,
+}
+
+/// The ids a draft and a target agree on; an error naming the first difference otherwise.
+pub fn check_vocab(target: &LoadedModel, draft: &LoadedModel) -> Result<usize> {
+    let mismatch = |detail: String| EngineError::VocabMismatch {
+        target: target.info.path.clone(),
+        draft: draft.info.path.clone(),
+        detail,
+    };
+    let n = target.tokenizer.vocab_size().min(draft.tokenizer.vocab_size());
+    // Padded vocabularies differ only in their padding tail, which must stay small.
+    let larger = target.tokenizer.vocab_size().max(draft.tokenizer.vocab_size());
+    if larger - n > larger / 100 + 512 {
+        return Err(mismatch(format!(
+            "vocabulary sizes {} and {} differ by more than padding",
+            target.tokenizer.vocab_size(),
+            draft.tokenizer.vocab_size()
+        )));
+    }
+    if let Some(i) = (0..n).find(|&i| target.tokenizer.tokens[i] != draft.tokenizer.tokens[i]) {
+        return Err(mismatch(format!(
+            "token {i} is {:?} in the target but {:?} in the draft",
+            target.tokenizer.tokens[i], draft.tokenizer.tokens[i]
+        )));
+    }
+    if target.tokenizer.eos_id != draft.tokenizer.eos_id {
+        return Err(mismatch(format!(
+            "end-of-sequence ids differ ({:?} vs {:?})",
+            target.tokenizer.eos_id, draft.tokenizer.eos_id
+        )));
+    }
+    Ok(n.min(target.model.config.n_vocab).min(draft.model.config.n_vocab))
+}
+
+/// Running sums that become [`Stats`].
+#[derive(Default)]
+struct Tally {
+    nll_sum: f64,
+    n_nll: usize,
+    tv_sum: f64,
+    n_tv: usize,
+    proposed_at: Vec<usize>,
+    accepted_at: Vec<usize>,
+}
+
+/// One generation in progress: the shared bookkeeping of all modes.
+struct Run<'a> {
+    req: &'a GenerateRequest,
+    tok: &'a TextTokenizer,
+    cancel: &'a AtomicBool,
+    on_event: &'a mut dyn FnMut(GenEvent),
+    /// Prompt followed by every emitted token.
+    context: Vec<u32>,
+    n_prompt: usize,
+    decoder: StreamDecoder,
+    text: String,
+    tokens: Vec<TokenInfo>,
+    rounds: Vec<RoundInfo>,
+    stats: Stats,
+    tally: Tally,
+    stopped: bool,
+    start: Instant,
+}
+
+impl<'a> Run<'a> {
+    fn n_emitted(&self) -> usize {
+        self.context.len() - self.n_prompt
+    }
+
+    fn remaining(&self) -> usize {
+        self.req.max_tokens.saturating_sub(self.n_emitted())
+    }
+
+    fn done(&self) -> bool {
+        self.stopped || self.remaining() == 0 || self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// Append a token. A stop token ends the run (and is not shown) unless EOS is ignored.
+    fn emit(&mut self, mut info: TokenInfo, nll: Option<f64>) -> Result<()> {
+        if !self.req.ignore_eos && self.tok.stop_ids.contains(&info.id) {
+            self.stopped = true;
+            return Ok(());
+        }
+        info.text = self.decoder.push(self.tok, info.id)?;
+        info.pos = self.n_emitted();
+        if let Some(nll) = nll {
+            self.tally.nll_sum += nll;
+            self.tally.n_nll += 1;
+        }
+        self.text.push_str(&info.text);
+        self.context.push(info.id);
+        self.tokens.push(info.clone());
+        (self.on_event)(GenEvent::Token(info));
+        Ok(())
+    }
+
+    fn finish(mut self, mode: Mode) -> Generation {
+        let s = &mut self.stats;
+        s.n_tokens = self.tokens.len();
+        s.e2e_s = self.start.elapsed().as_secs_f64();
+        let decode_s = s.e2e_s - s.prefill_s;
+        s.decode_tok_s = if decode_s > 0.0 { s.n_tokens as f64 / decode_s } else { 0.0 };
+        if self.tally.n_nll > 0 {
+            s.mean_target_nll = self.tally.nll_sum / self.tally.n_nll as f64;
+        }
+        if s.n_drafted > 0 {
+            s.acceptance_rate = s.n_accepted as f64 / s.n_drafted as f64;
+        }
+        if s.n_rounds > 0 {
+            s.mean_accepted_len = s.n_tokens as f64 / s.n_rounds as f64;
+        }
+        if self.tally.n_tv > 0 {
+            s.mean_tv = self.tally.tv_sum / self.tally.n_tv as f64;
+        }
+        s.per_position_acceptance = self
+            .tally
+            .proposed_at
+            .iter()
+            .zip(&self.tally.accepted_at)
+            .map(|(&p, &a)| if p > 0 { a as f64 / p as f64 } else { 0.0 })
+            .collect();
+        Generation {
+            text: self.text,
+            mode,
+            tokens: self.tokens,
+            rounds: self.rounds,
+            stats: self.stats,
+            cancelled: self.cancel.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn plain_token(id: u32, source: TokenSource) -> TokenInfo {
+    TokenInfo {
+        id,
+        text: String::new(),
+        pos: 0,
+        source,
+        p_target: None,
+        q_draft: None,
+        pi_mixed: None,
+        accept_prob: None,
+        tv: None,
+        theta: None,
+        round: None,
+    }
+}
+
+/// Prompt ids after the checks every mode shares.
+fn prepare(req: &GenerateRequest, tok: &TextTokenizer, n_ctx: usize) -> Result<Vec<u32>> {
+    req.validate()?;
+    let ids = tok.prompt_ids(&req.prompt, req.raw)?;
+    if ids.len() + req.max_tokens > n_ctx {
+        return Err(EngineError::PromptTooLong { n_prompt: ids.len(), n_new: req.max_tokens, n_ctx });
+    }
+    Ok(ids)
+}
+
+fn new_run<'a>(
+    req: &'a GenerateRequest,
+    tok: &'a TextTokenizer,
+    ids: Vec<u32>,
+    start: Instant,
+    cancel: &'a AtomicBool,
+    on_event: &'a mut dyn FnMut(GenEvent),
+) -> Run<'a> {
+    let n_prompt = ids.len();
+    Run {
+        req,
+        tok,
+        cancel,
+        on_event,
+        context: ids,
+        n_prompt,
+        decoder: StreamDecoder::new(),
+        text: String::new(),
+        tokens: Vec::new(),
+        rounds: Vec::new(),
+        stats: Stats { n_prompt_tokens: n_prompt, ..Stats::default() },
+        tally: Tally::default(),
+        stopped: false,
+        start,
+    }
+}
+
+/// Feed the prompt except its last token (each round feeds the last token itself, so that every
+/// verify forward has the same shape `[last, x1..xk]`).
+fn prefill(model: &mut Transformer, ids: &[u32]) -> Result<()> {
+    model.clear()?;
+    if ids.len() > 1 {
+        model.forward(&ids[..ids.len() - 1])?;
+    }
+    Ok(())
+}
+
+/// Sample from a single model, one token per forward (target-only and draft-only modes).
+/// In draft-only mode the target (if given) scores the text afterwards, outside the timing, so
+/// the quality signal is comparable with the other modes.
+pub fn generate_single(
+    model: &mut LoadedModel,
+    scorer: Option<&mut LoadedModel>,
+    req: &GenerateRequest,
+    cancel: &AtomicBool,
+    on_event: &mut dyn FnMut(GenEvent),
+) -> Result<Generation> {
+    let start = Instant::now();
+    let (mode, source, purpose) = match req.mode {
+        Mode::Draft => (Mode::Draft, TokenSource::Draft, Purpose::DraftSample),
+        _ => (Mode::Target, TokenSource::Target, Purpose::TargetSample),
+    };
+    let ids = prepare(req, &model.tokenizer, model.model.max_context())?;
+    let n_vocab = model.tokenizer.vocab_size().min(model.model.config.n_vocab);
+    prefill(&mut model.model, &ids)?;
+    let mut run = new_run(req, &model.tokenizer, ids, start, cancel, on_event);
+    run.stats.prefill_s = start.elapsed().as_secs_f64();
+    (run.on_event)(GenEvent::Prefilled { n_prompt_tokens: run.n_prompt, prefill_s: run.stats.prefill_s });
+    while !run.done() {
+        let last = run.context[run.context.len() - 1];
+        let t = Instant::now();
+        let logits = model.model.forward_rows(&[last])?.remove(0);
+        let p = probabilities(&logits, &run.context, &req.sampling, n_vocab);
+        let pos = run.n_emitted() as u64;
+        let x = sample_index(&p, uniform(req.seed, pos, purpose)) as u32;
+        let mut info = plain_token(x, source);
+        let nll = if mode == Mode::Target {
+            info.p_target = Some(p[x as usize]);
+            Some(nll_at_t1(&logits, x, n_vocab))
+        } else {
+            info.q_draft = Some(p[x as usize]);
+            None
+        };
+        run.stats.verify_s += t.elapsed().as_secs_f64();
+        run.emit(info, nll)?;
+    }
+    let mut generation = run.finish(mode);
+    if mode == Mode::Draft {
+        if let Some(scorer) = scorer {
+            score_with_target(scorer, &model.tokenizer, req, &mut generation)?;
+        }
+    }
+    Ok(generation)
+}
+
+/// Fill in p(x) and the target NLL of an already generated text (one batched forward).
+fn score_with_target(target: &mut LoadedModel, tok: &TextTokenizer, req: &GenerateRequest, g: &mut Generation) -> Result<()> {
+    if g.tokens.is_empty() {
+        return Ok(());
+    }
+    let mut ids = tok.prompt_ids(&req.prompt, req.raw)?;
+    let n_prompt = ids.len();
+    ids.extend(g.tokens.iter().map(|t| t.id));
+    let n_vocab = target.tokenizer.vocab_size().min(target.model.config.n_vocab);
+    target.model.clear()?;
+    let rows = target.model.forward_rows(&ids[..ids.len() - 1])?;
+    let mut nll = 0.0;
+    for (i, t) in g.tokens.iter_mut().enumerate() {
+        let row = &rows[n_prompt - 1 + i];
+        let p = probabilities(row, &ids[..n_prompt + i], &req.sampling, n_vocab);
+        t.p_target = Some(p[t.id as usize]);
+        nll += nll_at_t1(row, t.id, n_vocab);
+    }
+    g.stats.mean_target_nll = nll / g.tokens.len() as f64;
+    Ok(())
+}
+
+/// Speculative / mentored decoding with `draft` proposing and `target` verifying.
+pub fn generate_speculative(
+    target: &mut LoadedModel,
+    draft: &mut LoadedModel,
+    req: &GenerateRequest,
+    cancel: &AtomicBool,
+    on_event: &mut dyn FnMut(GenEvent),
+) -> Result<Generation> {
+    let start = Instant::now();
+    let n_vocab = check_vocab(target, draft)?;
+    let n_ctx = target.model.max_context().min(draft.model.max_context());
+    let ids = prepare(req, &target.tokenizer, n_ctx)?;
+    prefill(&mut target.model, &ids)?;
+    prefill(&mut draft.model, &ids)?;
+    let (tmodel, dmodel) = (&mut target.model, &mut draft.model);
+    let mut run = new_run(req, &target.tokenizer, ids, start, cancel, on_event);
+    run.stats.prefill_s = start.elapsed().as_secs_f64();
+    (run.on_event)(GenEvent::Prefilled { n_prompt_tokens: run.n_prompt, prefill_s: run.stats.prefill_s });
+    let mut policy = AdaptivePolicy::default();
+    while !run.done() {
+        let k_wanted = match req.draft_len {
+            DraftLen::Fixed(k) => k,
+            DraftLen::Auto => policy.next_len(MAX_DRAFT_LEN),
+        };
+        // Never draft past max_tokens: the k drafted tokens must all fit.
+        let k_cap = k_wanted.min(run.remaining());
+        let round = run.rounds.len();
+        let base = run.context.len();
+
+        // Draft: catch up on tokens the draft has not seen, then propose one token at a time.
+        let t_draft = Instant::now();
+        let mut drafts: Vec<u32> = Vec::with_capacity(k_cap);
+        let mut q_dists: Vec<Vec<f32>> = Vec::with_capacity(k_cap);
+        let mut scratch = run.context.clone();
+        if k_cap > 0 {
+            let unseen = run.context[dmodel.n_cached()..].to_vec();
+            let mut logits = dmodel.forward_rows(&unseen)?.pop().unwrap_or_default();
+            for i in 0..k_cap {
+                let q = probabilities(&logits, &scratch, &req.sampling, n_vocab);
+                let confident = q.iter().copied().fold(0.0f32, f32::max) >= MIN_DRAFT_CONFIDENCE;
+                if i > 0 && req.draft_len == DraftLen::Auto && !confident {
+                    break;
+                }
+                let pos = (base - run.n_prompt + i) as u64;
+                let x = sample_index(&q, uniform(req.seed, pos, Purpose::DraftSample)) as u32;
+                drafts.push(x);
+                q_dists.push(q);
+                scratch.push(x);
+                let is_stop = !req.ignore_eos && run.tok.stop_ids.contains(&x);
+                if i + 1 == k_cap || is_stop || run.cancel.load(Ordering::Relaxed) {
+                    break;
+                }
+                logits = dmodel.forward_rows(&[x])?.remove(0);
+            }
+        }
+        let draft_s = t_draft.elapsed().as_secs_f64();
+        if run.cancel.load(Ordering::Relaxed) {
+            break;
+        }
+
+        // Verify: one target forward over [last, x1..xk] gives p at k+1 positions.
+        let t_verify = Instant::now();
+        let mut feed = vec![run.context[base - 1]];
+        feed.extend_from_slice(&drafts);
+        let rows = tmodel.forward_rows(&feed)?;
+        let verify_s = t_verify.elapsed().as_secs_f64();
+
+        // Accept: walk the drafted tokens in order; the first rejection ends the round.
+        let mut n_accepted = 0;
+        let mut rejected = false;
+        for (i, (&x, q)) in drafts.iter().zip(&q_dists).enumerate() {
+            let pos = (base - run.n_prompt + i) as u64;
+            let p = probabilities(&rows[i], &scratch[..base + i], &req.sampling, n_vocab);
+            let mixed = mix(req.rule, &p, q, req.budget);
+            let verdict = verify_token(
+                &mixed.pi_mixed,
+                q,
+                x,
+                uniform(req.seed, pos, Purpose::AcceptTest),
+                uniform(req.seed, pos, Purpose::Residual),
+            );
+            if run.tally.proposed_at.len() <= i {
+                run.tally.proposed_at.push(0);
+                run.tally.accepted_at.push(0);
+            }
+            run.tally.proposed_at[i] += 1;
+            run.tally.tv_sum += mixed.tv_pi_p;
+            run.tally.n_tv += 1;
+            let y = verdict.token as usize;
+            let info = TokenInfo {
+                source: if verdict.accepted { TokenSource::DraftAccepted } else { TokenSource::Resampled },
+                p_target: Some(p[y]),
+                q_draft: Some(q[y]),
+                pi_mixed: Some(mixed.pi_mixed[y]),
+                accept_prob: Some(verdict.accept_prob),
+                tv: Some(mixed.tv_pq),
+                theta: Some(mixed.theta),
+                round: Some(round),
+                ..plain_token(verdict.token, TokenSource::Target)
+            };
+            run.emit(info, Some(nll_at_t1(&rows[i], verdict.token, n_vocab)))?;
+            if verdict.accepted {
+                n_accepted += 1;
+                run.tally.accepted_at[i] += 1;
+            } else {
+                rejected = true;
+            }
+            if rejected || run.stopped {
+                break;
+            }
+        }
+
+        // Bonus: all k accepted (or nothing drafted) → the target's own next token is free.
+        let k = drafts.len();
+        if !rejected && !run.done() && (k == 0 || req.bonus) {
+            let pos = (base - run.n_prompt + k) as u64;
+            let p = probabilities(&rows[k], &run.context, &req.sampling, n_vocab);
+            let x = sample_index(&p, uniform(req.seed, pos, Purpose::TargetSample)) as u32;
+            let source = if k == 0 { TokenSource::Target } else { TokenSource::Bonus };
+            let info = TokenInfo { p_target: Some(p[x as usize]), round: Some(round), ..plain_token(x, source) };
+            run.emit(info, Some(nll_at_t1(&rows[k], x, n_vocab)))?;
+        }
+
+        // Roll back: both caches keep only positions whose tokens are in the context, minus the
+        // last one, which the next round feeds.
+        let keep = run.context.len() - 1;
+        tmodel.truncate(keep);
+        dmodel.truncate(keep);
+
+        run.stats.n_rounds += 1;
+        run.stats.n_drafted += k;
+        run.stats.n_accepted += n_accepted;
+        run.stats.draft_s += draft_s;
+        run.stats.verify_s += verify_s;
+        policy.observe(k, n_accepted, draft_s, verify_s);
+        let info = RoundInfo {
+            index: round,
+            n_proposed: k,
+            n_accepted,
+            n_emitted: run.context.len() - base,
+            draft_s,
+            verify_s,
+        };
+        run.rounds.push(info.clone());
+        (run.on_event)(GenEvent::Round(info));
+    }
+    Ok(run.finish(Mode::Speculative))
+}

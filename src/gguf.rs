@@ -1,0 +1,232 @@
+//! Opening a GGUF file: validation (is it GGUF, is it whole, is the architecture one we run) and
+//! the model configuration read from its metadata. Nothing here touches tensor data beyond
+//! checking that it fits in the file.
+
+use crate::error::{EngineError, Result};
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::GgmlDType;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// The transformer families we have model code for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// SmolLM2, Llama 3.x: no attention biases, RoPE on adjacent pairs (llama.cpp's "norm" mode).
+    Llama,
+    /// Qwen2 / Qwen2.5: biases on q, k, v; RoPE on half-split pairs ("neox" mode).
+    Qwen2,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+        }
+    }
+}
+
+/// Hyper-parameters of one model, from GGUF metadata and tensor shapes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub n_ff: usize,
+    /// Rows of the output head, which may exceed the tokenizer's vocabulary (padded vocabularies).
+    pub n_vocab: usize,
+    pub n_ctx: usize,
+    pub rope_theta: f32,
+    pub rms_eps: f64,
+}
+
+/// An opened, validated GGUF file. Keeps the parsed header so that loading weights and building the
+/// tokenizer do not parse it again.
+#[derive(Debug)]
+pub struct ModelFile {
+    pub path: PathBuf,
+    pub content: Content,
+    pub config: ModelConfig,
+    pub file_size: u64,
+}
+
+/// A one-line description of a model file, for `mentor-lab models` and the app's model list.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct ModelInfo {
+    pub path: PathBuf,
+    pub name: String,
+    pub arch: String,
+    pub n_params: u64,
+    pub quantization: String,
+    pub n_vocab: usize,
+    pub n_ctx: usize,
+    pub file_size: u64,
+}
+
+const GGUF_MAGIC: &[u8; 4] = b"GGUF";
+
+impl ModelFile {
+    pub fn open(path: &Path) -> Result<ModelFile> {
+        if !path.is_file() {
+            return Err(EngineError::ModelNotFound { path: path.to_path_buf() });
+        }
+        let file = File::open(path)?;
+        let file_size = file.metadata()?.len();
+        let mut reader = BufReader::new(file);
+        let mut magic = [0u8; 4];
+        if reader.read_exact(&mut magic).is_err() || &magic != GGUF_MAGIC {
+            return Err(EngineError::NotGguf { path: path.to_path_buf() });
+        }
+        let mut reader = BufReader::new(File::open(path)?);
+        let content = Content::read(&mut reader).map_err(|e| EngineError::CorruptGguf {
+            path: path.to_path_buf(),
+            detail: format!("header does not parse: {e}"),
+        })?;
+        check_tensor_extent(path, &content, file_size)?;
+        let config = read_config(path, &content)?;
+        Ok(ModelFile { path: path.to_path_buf(), content, config, file_size })
+    }
+
+    pub fn metadata(&self) -> &HashMap<String, Value> {
+        &self.content.metadata
+    }
+
+    pub fn meta_str(&self, key: &str) -> Option<&str> {
+        self.content.metadata.get(key).and_then(|v| v.to_string().ok()).map(|s| s.as_str())
+    }
+
+    pub fn info(&self) -> ModelInfo {
+        let n_params = self
+            .content
+            .tensor_infos
+            .values()
+            .map(|t| t.shape.elem_count() as u64)
+            .sum();
+        let name = self
+            .meta_str("general.name")
+            .map(str::to_string)
+            .or_else(|| self.path.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .unwrap_or_default();
+        ModelInfo {
+            path: self.path.clone(),
+            name,
+            arch: self.config.arch.name().to_string(),
+            n_params,
+            quantization: self.main_dtype().map(dtype_name).unwrap_or("?").to_string(),
+            n_vocab: self.config.n_vocab,
+            n_ctx: self.config.n_ctx,
+            file_size: self.file_size,
+        }
+    }
+
+    /// The dtype holding most of the weights (what users call the file's quantization).
+    pub fn main_dtype(&self) -> Option<GgmlDType> {
+        let mut by_dtype: Vec<(GgmlDType, usize)> = Vec::new();
+        for t in self.content.tensor_infos.values() {
+            let n = t.shape.elem_count();
+            match by_dtype.iter_mut().find(|(d, _)| *d == t.ggml_dtype) {
+                Some((_, total)) => *total += n,
+                None => by_dtype.push((t.ggml_dtype, n)),
+            }
+        }
+        by_dtype.into_iter().max_by_key(|(_, n)| *n).map(|(d, _)| d)
+    }
+}
+
+pub fn dtype_name(d: GgmlDType) -> &'static str {
+    match d {
+        GgmlDType::F32 => "F32",
+        GgmlDType::F16 => "F16",
+        GgmlDType::BF16 => "BF16",
+        GgmlDType::Q4_0 => "Q4_0",
+        GgmlDType::Q4_1 => "Q4_1",
+        GgmlDType::Q5_0 => "Q5_0",
+        GgmlDType::Q5_1 => "Q5_1",
+        GgmlDType::Q8_0 => "Q8_0",
+        GgmlDType::Q8_1 => "Q8_1",
+        GgmlDType::Q2K => "Q2_K",
+        GgmlDType::Q3K => "Q3_K",
+        GgmlDType::Q4K => "Q4_K",
+        GgmlDType::Q5K => "Q5_K",
+        GgmlDType::Q6K => "Q6_K",
+        GgmlDType::Q8K => "Q8_K",
+        _ => "other",
+    }
+}
+
+/// A download cut short parses (the header is at the front) but its last tensors point past the
+/// end of the file: catch that here rather than as a read error deep inside loading.
+fn check_tensor_extent(path: &Path, content: &Content, file_size: u64) -> Result<()> {
+    for (name, info) in &content.tensor_infos {
+        let n = info.shape.elem_count();
+        let block = info.ggml_dtype.block_size();
+        let n_bytes = (n / block * info.ggml_dtype.type_size()) as u64;
+        let end = content.tensor_data_offset + info.offset + n_bytes;
+        if end > file_size {
+            return Err(EngineError::CorruptGguf {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "tensor `{name}` ends at byte {end} but the file has only {file_size} bytes"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn read_config(path: &Path, content: &Content) -> Result<ModelConfig> {
+    let md = &content.metadata;
+    let missing = |key: &str| EngineError::MissingMetadata { path: path.to_path_buf(), key: key.to_string() };
+    let arch_name = md
+        .get("general.architecture")
+        .and_then(|v| v.to_string().ok())
+        .ok_or_else(|| missing("general.architecture"))?
+        .clone();
+    let arch = match arch_name.as_str() {
+        "llama" => Arch::Llama,
+        "qwen2" => Arch::Qwen2,
+        _ => return Err(EngineError::UnsupportedArch { path: path.to_path_buf(), arch: arch_name }),
+    };
+    let get_usize = |key: &str| -> Result<usize> {
+        let full = format!("{arch_name}.{key}");
+        md.get(&full)
+            .and_then(|v| v.to_u64().ok().or_else(|| v.to_u32().ok().map(u64::from)))
+            .map(|v| v as usize)
+            .ok_or_else(|| missing(&full))
+    };
+    let get_f64 = |key: &str| -> Option<f64> {
+        md.get(&format!("{arch_name}.{key}"))
+            .and_then(|v| v.to_f32().ok().map(f64::from).or_else(|| v.to_f64().ok()))
+    };
+    let n_embd = get_usize("embedding_length")?;
+    let n_head = get_usize("attention.head_count")?;
+    let n_kv_head = get_usize("attention.head_count_kv").unwrap_or(n_head);
+    let n_layer = get_usize("block_count")?;
+    let n_ff = get_usize("feed_forward_length")?;
+    let n_ctx = get_usize("context_length")?;
+    let head_dim = get_usize("attention.key_length").unwrap_or(n_embd / n_head.max(1));
+    let rms_eps = get_f64("attention.layer_norm_rms_epsilon").unwrap_or(1e-5);
+    let rope_theta = get_f64("rope.freq_base").unwrap_or(10_000.0) as f32;
+    let embd = content
+        .tensor_infos
+        .get("token_embd.weight")
+        .ok_or_else(|| missing("token_embd.weight (tensor)"))?;
+    let n_vocab = embd.shape.dims().first().copied().unwrap_or(0);
+    let n_vocab = match content.tensor_infos.get("output.weight") {
+        Some(out) => out.shape.dims().first().copied().unwrap_or(n_vocab),
+        None => n_vocab,
+    };
+    if n_head == 0 || n_kv_head == 0 || n_head % n_kv_head != 0 || n_layer == 0 {
+        return Err(EngineError::CorruptGguf {
+            path: path.to_path_buf(),
+            detail: format!("inconsistent attention shape: {n_head} heads, {n_kv_head} KV heads, {n_layer} layers"),
+        });
+    }
+    Ok(ModelConfig { arch, n_layer, n_embd, n_head, n_kv_head, head_dim, n_ff, n_vocab, n_ctx, rope_theta, rms_eps })
+}

@@ -1,0 +1,35 @@
+//! Mentor Lab: speculative and mentored decoding with real models, instrumented so that what the
+//! draft contributes — and what it costs in quality — can be seen token by token.
+//!
+//! The engine (everything but `app`) knows nothing of the UI:
+//! `gguf` opens files, `model` runs the transformer with a rollback-able KV cache, `tokenizer`
+//! turns text into ids, `sampling` turns logits into distributions and tokens, `mentor` holds the
+//! accept / residual rule for a TV or KL budget, `adaptive` picks the draft length, `generate`
+//! runs rounds, `engine` ties a target and a draft together, `models` finds and fetches files.
+
+pub mod adaptive;
+pub mod engine;
+pub mod error;
+pub mod generate;
+pub mod gguf;
+pub mod mentor;
+pub mod model;
+pub mod models;
+pub mod presets;
+pub mod sampling;
+pub mod tokenizer;
+
+pub use engine::{load_model, Engine};
+pub use error::{EngineError, Result};
+pub use generate::{DraftLen, GenEvent, Generation, GenerateRequest, Mode, TokenInfo, TokenSource};
+pub use mentor::MentorRule;
+pub use model::WeightFormat;
+pub use sampling::SamplingParams;
+
+/// Set the number of CPU threads candle uses. Must run before the first tensor operation.
+pub fn set_threads(n: usize) {
+    if n > 0 {
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+        std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
+    }
+}

@@ -1,0 +1,177 @@
+//! The mentor rules: given the target's distribution p and the draft's q at one position, and a
+//! budget D, the output distribution π the decoder is allowed to follow instead of p, and the
+//! accept / residual step that makes the emitted token follow π exactly.
+//!
+//! * `tv` (the reference): d = TV(p, q), θ = min(1, D/d) (θ = 1 when d = 0), π = (1−θ)p + θq, so
+//!   TV(π, p) = min(d, D). D = 0 is lossless speculative decoding, D = 1 accepts every draft.
+//! * `kl` (Tran-Thien, 2023): π maximises the acceptance probability Σ min(π, q) subject to
+//!   KL(p ‖ π) ≤ D.
+//!
+//! Accepting x ~ q with probability min(1, π(x)/q(x)) and otherwise drawing from normalised
+//! max(π − q, 0) yields exactly π (the speculative-sampling argument with π as the target).
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MentorRule {
+    #[default]
+    Tv,
+    Kl,
+}
+
+impl std::str::FromStr for MentorRule {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "tv" => Ok(Self::Tv),
+            "kl" => Ok(Self::Kl),
+            _ => Err(format!("unknown mentor rule `{s}`: use tv or kl")),
+        }
+    }
+}
+
+/// π at one position and the numbers the UI explains it with.
+#[derive(Debug, Clone)]
+pub struct Mixed {
+    pub pi_mixed: Vec<f32>,
+    /// d = TV(p, q).
+    pub tv_pq: f64,
+    /// How far π moved from p towards q: θ of the TV rule; TV(π, p) / d for the KL rule.
+    pub theta: f64,
+    /// Realised TV(π, p): what the budget actually bought at this position.
+    pub tv_pi_p: f64,
+}
+
+pub fn tv_distance(p: &[f32], q: &[f32]) -> f64 {
+    0.5 * p.iter().zip(q).map(|(&a, &b)| (a as f64 - b as f64).abs()).sum::<f64>()
+}
+
+/// KL(p ‖ r) in nats; infinite if r is zero where p is not.
+pub fn kl_divergence(p: &[f32], r: &[f32]) -> f64 {
+    let mut kl = 0.0;
+    for (&a, &b) in p.iter().zip(r) {
+        if a > 0.0 {
+            if b <= 0.0 {
+                return f64::INFINITY;
+            }
+            kl += a as f64 * (a as f64 / b as f64).ln();
+        }
+    }
+    kl
+}
+
+pub fn mix(rule: MentorRule, p: &[f32], q: &[f32], budget: f64) -> Mixed {
+    match rule {
+        MentorRule::Tv => mix_tv(p, q, budget),
+        MentorRule::Kl => mix_kl(p, q, budget),
+    }
+}
+
+pub fn mix_tv(p: &[f32], q: &[f32], budget: f64) -> Mixed {
+    let d = tv_distance(p, q);
+    let theta = if d <= 0.0 { 1.0 } else { (budget / d).min(1.0) };
+    let pi_mixed = p
+        .iter()
+        .zip(q)
+        .map(|(&a, &b)| ((1.0 - theta) * a as f64 + theta * b as f64) as f32)
+        .collect();
+    Mixed { pi_mixed, tv_pq: d, theta, tv_pi_p: theta * d }
+}
+
+/// The KL rule. The Lagrangian of max Σ min(π, q) s.t. KL(p‖π) ≤ D, Σπ = 1 splits per token: the
+/// optimum is π(x) = clamp(q(x), b·p(x), a·p(x)) for some a ≥ b > 0 — tokens the draft likes much
+/// more than the target get at most a·p, tokens it likes much less keep at least b·p, the rest
+/// follow q exactly. With the ratio t = a/b fixed, b is pinned by Σπ = 1 (monotone, bisection);
+/// KL(p‖π) grows with t from 0 (t = 1, π = p), so an outer bisection on t meets KL = D.
+pub fn mix_kl(p: &[f32], q: &[f32], budget: f64) -> Mixed {
+    let d = tv_distance(p, q);
+    let finish = |pi_mixed: Vec<f32>| {
+        let tv_pi_p = tv_distance(&pi_mixed, p);
+        let theta = if d <= 0.0 { 1.0 } else { (tv_pi_p / d).min(1.0) };
+        Mixed { pi_mixed, tv_pq: d, theta, tv_pi_p }
+    };
+    if budget <= 0.0 || d <= 0.0 {
+        return finish(p.to_vec());
+    }
+    if kl_divergence(p, q) <= budget {
+        return finish(q.to_vec());
+    }
+    // Outer bisection on ln t, t = a/b ∈ [1, t_max].
+    let (mut lo, mut hi) = (0.0f64, 60.0f64);
+    let mut best = p.to_vec();
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        let pi = kl_candidate(p, q, mid.exp());
+        if kl_divergence(p, &pi) <= budget {
+            best = pi;
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    finish(best)
+}
+
+/// π(x) = clamp(q(x), b·p(x), t·b·p(x)) with b chosen so that Σπ = 1.
+fn kl_candidate(p: &[f32], q: &[f32], t: f64) -> Vec<f32> {
+    let total = |b: f64| -> f64 {
+        p.iter().zip(q).map(|(&pp, &qq)| (qq as f64).clamp(b * pp as f64, t * b * pp as f64)).sum()
+    };
+    // Σπ(b) is continuous and non-decreasing, ≤ 1 at b ≤ 1/t·(something) and ≥ 1 at b = 1.
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    for _ in 0..80 {
+        let mid = 0.5 * (lo + hi);
+        if total(mid) < 1.0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let b = hi;
+    let pi: Vec<f64> = p.iter().zip(q).map(|(&pp, &qq)| (qq as f64).clamp(b * pp as f64, t * b * pp as f64)).collect();
+    let s: f64 = pi.iter().sum();
+    pi.into_iter().map(|x| (x / s) as f32).collect()
+}
+
+/// Probability that a drafted token x is accepted: min(1, π(x)/q(x)).
+pub fn accept_probability(pi_x: f32, q_x: f32) -> f64 {
+    if q_x <= 0.0 {
+        // A token the draft could not have proposed; only reachable through rounding.
+        return if pi_x > 0.0 { 1.0 } else { 0.0 };
+    }
+    (pi_x as f64 / q_x as f64).min(1.0)
+}
+
+/// The distribution a rejected position is resampled from: normalised max(π − q, 0).
+/// (For the TV rule with θ < 1 this is proportional to max(p − q, 0).)
+pub fn residual(pi_mixed: &[f32], q: &[f32]) -> Vec<f32> {
+    let r: Vec<f32> = pi_mixed.iter().zip(q).map(|(&a, &b)| (a - b).max(0.0)).collect();
+    if r.iter().all(|&x| x <= 0.0) {
+        // π = q up to rounding: nothing to correct, so follow π.
+        return pi_mixed.to_vec();
+    }
+    r
+}
+
+/// Outcome of checking one drafted token.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Verdict {
+    pub accepted: bool,
+    /// The drafted token if accepted, else the residual sample.
+    pub token: u32,
+    pub accept_prob: f64,
+}
+
+/// The one-step rule: accept `x` with probability min(1, π(x)/q(x)) using `u_accept`; otherwise
+/// draw the replacement from the residual with `u_residual`.
+pub fn verify_token(pi_mixed: &[f32], q: &[f32], x: u32, u_accept: f64, u_residual: f64) -> Verdict {
+    let i = x as usize;
+    let accept_prob = accept_probability(pi_mixed[i], q[i]);
+    if u_accept < accept_prob {
+        return Verdict { accepted: true, token: x, accept_prob };
+    }
+    let r = residual(pi_mixed, q);
+    let token = crate::sampling::sample_index(&r, u_residual) as u32;
+    Verdict { accepted: false, token, accept_prob }
+}

@@ -1,0 +1,439 @@
+//! The transformer, in the shape speculative decoding needs: `forward` takes a chunk of new tokens
+//! and returns logits for *every* one of them, and the KV cache can be truncated back to any
+//! length (rolling back rejected draft tokens) or cleared.
+//!
+//! One model file covers the `llama` and `qwen2` GGUF architectures; they differ only in attention
+//! biases (qwen2) and in which dimensions RoPE pairs up (see [`crate::gguf::Arch`]).
+
+use crate::error::{EngineError, Result};
+use crate::gguf::{dtype_name, Arch, ModelConfig, ModelFile};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+use std::fs::File;
+use std::io::BufReader;
+
+/// How the weight matrices are held in memory, chosen at load time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightFormat {
+    /// The file's format unless candle runs it slowly on this device (then Q8_0).
+    #[default]
+    Auto,
+    /// Exactly what the file holds.
+    File,
+    Q8_0,
+    F16,
+    F32,
+}
+
+impl std::str::FromStr for WeightFormat {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "file" => Ok(Self::File),
+            "q8_0" | "q8" => Ok(Self::Q8_0),
+            "f16" => Ok(Self::F16),
+            "f32" => Ok(Self::F32),
+            _ => Err(format!("unknown weight format `{s}`: use auto, file, q8_0, f16 or f32")),
+        }
+    }
+}
+
+/// One linear layer `y = x W^T (+ b)`; `w` is `(out, in)`.
+#[derive(Debug, Clone)]
+struct Linear {
+    w: QMatMul,
+    b: Option<Tensor>,
+}
+
+impl Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = self.w.forward(x)?;
+        Ok(match &self.b {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Layer {
+    attn_norm: Tensor, // (n_embd)
+    wq: Linear,        // (n_head * head_dim, n_embd)
+    wk: Linear,        // (n_kv_head * head_dim, n_embd)
+    wv: Linear,        // (n_kv_head * head_dim, n_embd)
+    wo: Linear,        // (n_embd, n_head * head_dim)
+    ffn_norm: Tensor,  // (n_embd)
+    w_gate: Linear,    // (n_ff, n_embd)
+    w_up: Linear,      // (n_ff, n_embd)
+    w_down: Linear,    // (n_embd, n_ff)
+}
+
+/// Keys and values of one layer. The buffers are over-allocated and grown by doubling so that a
+/// decode step writes in place instead of copying the whole cache.
+#[derive(Debug, Clone)]
+struct LayerCache {
+    k: Tensor, // (1, n_kv_head, capacity, head_dim)
+    v: Tensor, // (1, n_kv_head, capacity, head_dim)
+}
+
+pub struct Transformer {
+    pub config: ModelConfig,
+    device: Device,
+    embed: Tensor, // (n_vocab, n_embd), f32, for the token lookup
+    layers: Vec<Layer>,
+    out_norm: Tensor, // (n_embd)
+    head: Linear,     // (n_vocab, n_embd); the embedding matrix when tied
+    cos: Tensor,      // (max_pos, head_dim / 2)
+    sin: Tensor,      // (max_pos, head_dim / 2)
+    cache: Vec<LayerCache>,
+    cache_capacity: usize,
+    /// Number of positions held in the KV cache.
+    n_cached: usize,
+    /// Human-readable weight format actually used, e.g. "Q8_0 (from Q4_1)".
+    pub weight_desc: String,
+}
+
+/// candle has SIMD dot products for these on x86 (AVX2) and Apple Silicon (NEON); other formats
+/// fall back to scalar code that is 5x slower, so `auto` re-quantizes them to Q8_0.
+fn is_fast_on_cpu(d: GgmlDType) -> bool {
+    matches!(
+        d,
+        GgmlDType::F32
+            | GgmlDType::F16
+            | GgmlDType::Q4_0
+            | GgmlDType::Q8_0
+            | GgmlDType::Q2K
+            | GgmlDType::Q3K
+            | GgmlDType::Q4K
+            | GgmlDType::Q5K
+            | GgmlDType::Q6K
+            | GgmlDType::Q8K
+    )
+}
+
+/// The device the engine runs on: Metal when built with the `metal` feature and available.
+pub fn default_device() -> Device {
+    #[cfg(feature = "metal")]
+    {
+        if let Ok(d) = Device::new_metal(0) {
+            return d;
+        }
+        tracing::warn!("Metal device unavailable; running on the CPU");
+    }
+    Device::Cpu
+}
+
+const INITIAL_CACHE: usize = 256;
+/// RoPE tables are precomputed up to this many positions (or the model's context, if smaller).
+const MAX_ROPE_POS: usize = 32_768;
+
+impl Transformer {
+    pub fn load(file: &ModelFile, format: WeightFormat, device: &Device) -> Result<Transformer> {
+        let cfg = file.config.clone();
+        let mut reader = BufReader::new(File::open(&file.path)?);
+        let path = file.path.clone();
+        let ct = &file.content;
+        let mut read = |name: &str| -> Result<QTensor> {
+            ct.tensor(&mut reader, name, device).map_err(|e| EngineError::CorruptGguf {
+                path: path.clone(),
+                detail: format!("tensor `{name}`: {e}"),
+            })
+        };
+        let file_dtype = file.main_dtype().unwrap_or(GgmlDType::F32);
+        let target_dtype = match format {
+            WeightFormat::Auto if device.is_cpu() && !is_fast_on_cpu(file_dtype) => Some(GgmlDType::Q8_0),
+            WeightFormat::Auto | WeightFormat::File => None,
+            WeightFormat::Q8_0 => Some(GgmlDType::Q8_0),
+            WeightFormat::F16 => Some(GgmlDType::F16),
+            WeightFormat::F32 => Some(GgmlDType::F32),
+        };
+        let weight_desc = match target_dtype {
+            Some(d) if d != file_dtype => format!("{} (from {})", dtype_name(d), dtype_name(file_dtype)),
+            _ => dtype_name(file_dtype).to_string(),
+        };
+        let to_linear = |qt: QTensor, bias: Option<Tensor>| -> Result<Linear> {
+            let w = convert_matrix(qt, target_dtype, device)?;
+            Ok(Linear { w, b: bias })
+        };
+        let vector = |qt: QTensor| -> Result<Tensor> { Ok(qt.dequantize(device)?) };
+
+        let embed_q = read("token_embd.weight")?;
+        let embed = embed_q.dequantize(device)?;
+        let head_q = if ct.tensor_infos.contains_key("output.weight") { read("output.weight")? } else { embed_q };
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            let p = format!("blk.{i}");
+            let mut bias = |name: &str| -> Result<Option<Tensor>> {
+                let full = format!("{p}.{name}.bias");
+                if cfg.arch == Arch::Qwen2 && ct.tensor_infos.contains_key(&full) {
+                    Ok(Some(read(&full)?.dequantize(device)?))
+                } else {
+                    Ok(None)
+                }
+            };
+            let (bq, bk, bv) = (bias("attn_q")?, bias("attn_k")?, bias("attn_v")?);
+            layers.push(Layer {
+                attn_norm: vector(read(&format!("{p}.attn_norm.weight"))?)?,
+                wq: to_linear(read(&format!("{p}.attn_q.weight"))?, bq)?,
+                wk: to_linear(read(&format!("{p}.attn_k.weight"))?, bk)?,
+                wv: to_linear(read(&format!("{p}.attn_v.weight"))?, bv)?,
+                wo: to_linear(read(&format!("{p}.attn_output.weight"))?, None)?,
+                ffn_norm: vector(read(&format!("{p}.ffn_norm.weight"))?)?,
+                w_gate: to_linear(read(&format!("{p}.ffn_gate.weight"))?, None)?,
+                w_up: to_linear(read(&format!("{p}.ffn_up.weight"))?, None)?,
+                w_down: to_linear(read(&format!("{p}.ffn_down.weight"))?, None)?,
+            });
+        }
+        let out_norm = vector(read("output_norm.weight")?)?;
+        let head = to_linear(head_q, None)?;
+        // Llama 3.1+ stores per-frequency scaling factors for long-context RoPE.
+        let freq_factors = if ct.tensor_infos.contains_key("rope_freqs.weight") {
+            Some(read("rope_freqs.weight")?.dequantize(&Device::Cpu)?.to_vec1::<f32>()?)
+        } else {
+            None
+        };
+        let max_pos = cfg.n_ctx.clamp(1, MAX_ROPE_POS);
+        let (cos, sin) = rope_tables(cfg.head_dim, cfg.rope_theta, max_pos, freq_factors.as_deref(), device)?;
+        let mut model = Transformer {
+            config: cfg,
+            device: device.clone(),
+            embed,
+            layers,
+            out_norm,
+            head,
+            cos,
+            sin,
+            cache: Vec::new(),
+            cache_capacity: 0,
+            n_cached: 0,
+            weight_desc,
+        };
+        model.clear()?;
+        Ok(model)
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Positions currently in the KV cache.
+    pub fn n_cached(&self) -> usize {
+        self.n_cached
+    }
+
+    /// Largest context this instance can run (RoPE tables and the model's own limit).
+    pub fn max_context(&self) -> usize {
+        self.cos.dims()[0]
+    }
+
+    /// Forget everything: the next forward starts at position 0.
+    pub fn clear(&mut self) -> Result<()> {
+        self.allocate_cache(INITIAL_CACHE.min(self.max_context()))?;
+        self.n_cached = 0;
+        Ok(())
+    }
+
+    /// Roll the cache back to its first `len` positions (exact: later positions are simply
+    /// overwritten by the next forward).
+    pub fn truncate(&mut self, len: usize) {
+        self.n_cached = self.n_cached.min(len);
+    }
+
+    fn allocate_cache(&mut self, capacity: usize) -> Result<()> {
+        let c = &self.config;
+        let shape = (1, c.n_kv_head, capacity, c.head_dim);
+        let mut cache = Vec::with_capacity(c.n_layer);
+        for old in self.cache.iter() {
+            let k = Tensor::zeros(shape, DType::F32, &self.device)?;
+            let v = Tensor::zeros(shape, DType::F32, &self.device)?;
+            if self.n_cached > 0 {
+                k.slice_set(&old.k.narrow(2, 0, self.n_cached)?.contiguous()?, 2, 0)?;
+                v.slice_set(&old.v.narrow(2, 0, self.n_cached)?.contiguous()?, 2, 0)?;
+            }
+            cache.push(LayerCache { k, v });
+        }
+        while cache.len() < c.n_layer {
+            cache.push(LayerCache {
+                k: Tensor::zeros(shape, DType::F32, &self.device)?,
+                v: Tensor::zeros(shape, DType::F32, &self.device)?,
+            });
+        }
+        self.cache = cache;
+        self.cache_capacity = capacity;
+        Ok(())
+    }
+
+    /// Run `tokens` at positions `n_cached .. n_cached + tokens.len()` and return their logits,
+    /// one row per token: `(n_new, n_vocab)`.
+    pub fn forward(&mut self, tokens: &[u32]) -> Result<Tensor> {
+        let n_new = tokens.len();
+        let pos = self.n_cached;
+        if n_new == 0 {
+            return Err(EngineError::InvalidSetting("forward called with no tokens".into()));
+        }
+        if pos + n_new > self.max_context() {
+            return Err(EngineError::PromptTooLong { n_prompt: pos, n_new, n_ctx: self.max_context() });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.config.n_vocab) {
+            return Err(EngineError::InvalidSetting(format!(
+                "token id {bad} is outside the model's vocabulary of {}",
+                self.config.n_vocab
+            )));
+        }
+        if pos + n_new > self.cache_capacity {
+            let mut cap = self.cache_capacity.max(1);
+            while cap < pos + n_new {
+                cap *= 2;
+            }
+            self.allocate_cache(cap.min(self.max_context()))?;
+        }
+        let ids = Tensor::new(tokens, &self.device)?;
+        let mut x = self.embed.index_select(&ids, 0)?; // (n_new, n_embd)
+        let cos = self.cos.narrow(0, pos, n_new)?;
+        let sin = self.sin.narrow(0, pos, n_new)?;
+        let mask = if n_new > 1 { Some(self.causal_mask(pos, n_new)?) } else { None };
+        let eps = self.config.rms_eps as f32;
+        for (layer, cache) in self.layers.iter().zip(self.cache.iter()) {
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
+            let attn = attention(&self.config, layer, cache, &h, pos, &cos, &sin, mask.as_ref())?;
+            x = (x + attn)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
+            let gate = candle_nn::ops::silu(&layer.w_gate.forward(&h)?)?;
+            let up = layer.w_up.forward(&h)?;
+            x = (x + layer.w_down.forward(&(gate * up)?)?)?;
+        }
+        self.n_cached = pos + n_new;
+        let x = candle_nn::ops::rms_norm(&x, &self.out_norm, eps)?;
+        let logits = self.head.forward(&x)?; // (n_new, n_vocab)
+        Ok(logits.to_dtype(DType::F32)?)
+    }
+
+    /// Forward and copy the logits to host memory, one `Vec` per new token.
+    pub fn forward_rows(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        Ok(self.forward(tokens)?.to_device(&Device::Cpu)?.to_vec2::<f32>()?)
+    }
+
+    /// Additive mask for `n_new` queries at positions `pos..pos+n_new` over `pos+n_new` keys,
+    /// repeated for the query heads that share a KV head (rows are ordered (head in group, query)):
+    ///
+    /// ```text
+    ///          keys: 0 .. pos-1 | pos .. pos+n_new-1
+    /// query 0:       0 ...   0  | 0  -inf -inf
+    /// query 1:       0 ...   0  | 0   0   -inf
+    /// ```
+    fn causal_mask(&self, pos: usize, n_new: usize) -> Result<Tensor> {
+        let n_rep = self.config.n_head / self.config.n_kv_head;
+        let n_keys = pos + n_new;
+        let mut m = vec![0f32; n_rep * n_new * n_keys];
+        for r in 0..n_rep {
+            for i in 0..n_new {
+                let row = &mut m[(r * n_new + i) * n_keys..(r * n_new + i + 1) * n_keys];
+                for v in row.iter_mut().skip(pos + i + 1) {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+        }
+        Ok(Tensor::from_vec(m, (n_rep * n_new, n_keys), &self.device)?)
+    }
+}
+
+/// Self-attention of one layer over `h: (n_new, n_embd)`, appending the new keys and values to
+/// `cache` at `pos`. Grouped-query attention without copying K/V: the `n_rep` query heads that
+/// share a KV head are stacked along the query axis, `(1, n_kv_head, n_rep * n_new, head_dim)`.
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    cfg: &ModelConfig,
+    layer: &Layer,
+    cache: &LayerCache,
+    h: &Tensor,
+    pos: usize,
+    cos: &Tensor,
+    sin: &Tensor,
+    mask: Option<&Tensor>,
+) -> Result<Tensor> {
+    let n_new = h.dims()[0];
+    let (n_head, n_kv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim);
+    let split_heads = |t: Tensor, n: usize| -> Result<Tensor> {
+        Ok(t.reshape((n_new, n, hd))?.transpose(0, 1)?.contiguous()?.reshape((1, n, n_new, hd))?)
+    };
+    let q = split_heads(layer.wq.forward(h)?, n_head)?;
+    let k = split_heads(layer.wk.forward(h)?, n_kv)?;
+    let v = split_heads(layer.wv.forward(h)?, n_kv)?;
+    let (q, k) = match cfg.arch {
+        Arch::Llama => (candle_nn::rotary_emb::rope_i(&q, cos, sin)?, candle_nn::rotary_emb::rope_i(&k, cos, sin)?),
+        Arch::Qwen2 => (candle_nn::rotary_emb::rope(&q, cos, sin)?, candle_nn::rotary_emb::rope(&k, cos, sin)?),
+    };
+    cache.k.slice_set(&k, 2, pos)?;
+    cache.v.slice_set(&v, 2, pos)?;
+    let n_keys = pos + n_new;
+    let k_all = cache.k.narrow(2, 0, n_keys)?; // (1, n_kv, n_keys, hd)
+    let v_all = cache.v.narrow(2, 0, n_keys)?;
+    let n_rep = n_head / n_kv;
+    let q = q.reshape((1, n_kv, n_rep * n_new, hd))?;
+    let scale = 1.0 / (hd as f64).sqrt();
+    let att = (q.matmul(&k_all.t()?)? * scale)?; // (1, n_kv, n_rep * n_new, n_keys)
+    let att = match mask {
+        Some(m) => att.broadcast_add(m)?,
+        None => att,
+    };
+    let att = candle_nn::ops::softmax_last_dim(&att)?;
+    let y = att.matmul(&v_all)?; // (1, n_kv, n_rep * n_new, hd)
+    let y = y.reshape((n_head, n_new, hd))?.transpose(0, 1)?.contiguous()?.reshape((n_new, n_head * hd))?;
+    layer.wo.forward(&y)
+}
+
+/// Convert one weight matrix to the format chosen at load.
+fn convert_matrix(qt: QTensor, target: Option<GgmlDType>, device: &Device) -> Result<QMatMul> {
+    Ok(match target {
+        None => QMatMul::from_qtensor(qt)?,
+        Some(GgmlDType::F32) => QMatMul::Tensor(qt.dequantize(device)?),
+        Some(GgmlDType::F16) => QMatMul::TensorF16(qt.dequantize_f16(device)?),
+        Some(d) if d == qt.dtype() => QMatMul::from_qtensor(qt)?,
+        Some(d) => {
+            let cols = qt.shape().dims().last().copied().unwrap_or(0);
+            if cols % d.block_size() != 0 {
+                // Rows that do not fill whole quantization blocks stay in the file's format.
+                QMatMul::from_qtensor(qt)?
+            } else {
+                QMatMul::from_qtensor(QTensor::quantize(&qt.dequantize(device)?, d)?)?
+            }
+        }
+    })
+}
+
+/// cos/sin tables `(max_pos, head_dim / 2)`; frequency i is theta^(-2i/head_dim), divided by the
+/// file's per-frequency factor when it has one (Llama 3.1 long-context scaling).
+fn rope_tables(
+    head_dim: usize,
+    theta: f32,
+    max_pos: usize,
+    factors: Option<&[f32]>,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
+    let half = head_dim / 2;
+    let inv_freq: Vec<f32> = (0..half)
+        .map(|i| {
+            let f = 1.0 / theta.powf(2.0 * i as f32 / head_dim as f32);
+            match factors.and_then(|fs| fs.get(i)) {
+                Some(&s) if s > 0.0 => f / s,
+                _ => f,
+            }
+        })
+        .collect();
+    let mut cos = Vec::with_capacity(max_pos * half);
+    let mut sin = Vec::with_capacity(max_pos * half);
+    for p in 0..max_pos {
+        for &f in &inv_freq {
+            let a = p as f32 * f;
+            cos.push(a.cos());
+            sin.push(a.sin());
+        }
+    }
+    Ok((
+        Tensor::from_vec(cos, (max_pos, half), device)?,
+        Tensor::from_vec(sin, (max_pos, half), device)?,
+    ))
+}
+

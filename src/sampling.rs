@@ -1,0 +1,178 @@
+//! From logits to an explicit probability vector, and from a probability vector to a token.
+//!
+//! Randomness is *keyed*: the uniform number used for a decision is a hash of
+//! (seed, position, purpose). The same seed gives the same number at the same position whatever
+//! else ran before, so target-only, draft-only and speculative runs with one seed share their
+//! random draws where the algorithm allows it (e.g. with D = 1 and no bonus token, speculative
+//! output equals draft-only output token for token).
+
+use serde::{Deserialize, Serialize};
+
+/// What a uniform number is drawn for. Each purpose has its own stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Purpose {
+    /// Sampling a token from the target's distribution p (target-only mode, bonus tokens).
+    TargetSample = 1,
+    /// Sampling a draft proposal from q.
+    DraftSample = 2,
+    /// The accept/reject test of a drafted token.
+    AcceptTest = 3,
+    /// Sampling the replacement from the residual distribution after a rejection.
+    Residual = 4,
+}
+
+/// Counter-based generator: a stateless hash, so `uniform(seed, pos, purpose)` can be asked in any
+/// order. SplitMix64's finaliser mixes the three keys; the top 53 bits make a double in [0, 1).
+pub fn uniform(seed: u64, pos: u64, purpose: Purpose) -> f64 {
+    let mut z = seed ^ 0x9E37_79B9_7F4A_7C15;
+    z = mix64(z.wrapping_add(pos.wrapping_mul(0xD1B5_4A32_D192_ED03)));
+    z = mix64(z ^ (purpose as u64).wrapping_mul(0x8CB9_2BA7_2F3D_8DD7));
+    (z >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The knobs that turn logits into a distribution. Applied identically to target and draft.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SamplingParams {
+    /// 0 means greedy (a one-hot distribution on the arg-max).
+    pub temperature: f32,
+    /// 1 disables; > 1 discourages recently seen tokens (HF / llama.cpp definition).
+    pub repeat_penalty: f32,
+    /// How many of the most recent context tokens the penalty looks at.
+    pub repeat_last_n: usize,
+    /// Nucleus sampling: 1 disables.
+    pub top_p: f32,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self { temperature: 0.7, repeat_penalty: 1.0, repeat_last_n: 64, top_p: 1.0 }
+    }
+}
+
+impl SamplingParams {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(format!("temperature must be 0 or more, got {}", self.temperature));
+        }
+        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
+            return Err(format!("repetition penalty must be above 0 (1 disables it), got {}", self.repeat_penalty));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(format!("top-p must be in (0, 1], got {}", self.top_p));
+        }
+        Ok(())
+    }
+}
+
+/// Apply the repetition penalty in place: for each distinct token among the last `last_n` of
+/// `context`, a positive logit is divided by `penalty` and a negative one multiplied by it.
+pub fn apply_repeat_penalty(logits: &mut [f32], context: &[u32], penalty: f32, last_n: usize) {
+    if penalty == 1.0 || last_n == 0 {
+        return;
+    }
+    let start = context.len().saturating_sub(last_n);
+    let mut seen: Vec<u32> = context[start..].to_vec();
+    seen.sort_unstable();
+    seen.dedup();
+    for id in seen {
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l = if *l >= 0.0 { *l / penalty } else { *l * penalty };
+        }
+    }
+}
+
+/// Index of the largest value; the lowest index wins ties so that greedy decoding is deterministic.
+pub fn argmax(values: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in values.iter().enumerate() {
+        if v > values[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Turn raw logits into the distribution that sampling uses: repetition penalty over `context`,
+/// then temperature (0 → one-hot on the arg-max), then top-p. Only the first `n_vocab` logits are
+/// used (padded vocabularies). The result sums to 1.
+pub fn probabilities(logits: &[f32], context: &[u32], params: &SamplingParams, n_vocab: usize) -> Vec<f32> {
+    let mut l: Vec<f32> = logits[..n_vocab.min(logits.len())].to_vec();
+    apply_repeat_penalty(&mut l, context, params.repeat_penalty, params.repeat_last_n);
+    if params.temperature <= 0.0 {
+        let mut p = vec![0.0; l.len()];
+        p[argmax(&l)] = 1.0;
+        return p;
+    }
+    let mut p = softmax(&l, params.temperature);
+    if params.top_p < 1.0 {
+        top_p_filter(&mut p, params.top_p);
+    }
+    p
+}
+
+/// Softmax of `logits / temperature`, accumulated in f64.
+pub fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
+    let inv_t = 1.0 / temperature as f64;
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let e: Vec<f64> = logits.iter().map(|&x| ((x as f64 - max) * inv_t).exp()).collect();
+    let total: f64 = e.iter().sum();
+    e.into_iter().map(|x| (x / total) as f32).collect()
+}
+
+/// Keep the smallest set of most likely tokens whose mass reaches `top_p`; renormalise.
+fn top_p_filter(p: &mut [f32], top_p: f32) {
+    let mut order: Vec<usize> = (0..p.len()).collect();
+    order.sort_unstable_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+    let mut cum = 0.0f64;
+    let mut keep = order.len();
+    for (rank, &i) in order.iter().enumerate() {
+        cum += p[i] as f64;
+        if cum >= top_p as f64 {
+            keep = rank + 1;
+            break;
+        }
+    }
+    for &i in &order[keep..] {
+        p[i] = 0.0;
+    }
+    let total: f64 = p.iter().map(|&x| x as f64).sum();
+    for x in p.iter_mut() {
+        *x = (*x as f64 / total) as f32;
+    }
+}
+
+/// Inverse-CDF sampling with a given uniform `u` in [0, 1): the first index whose cumulative mass
+/// exceeds `u * total`. Works on unnormalised non-negative weights. Never returns a zero-weight
+/// index (if rounding runs past the end, the last index with positive weight is returned).
+pub fn sample_index(weights: &[f32], u: f64) -> usize {
+    let total: f64 = weights.iter().map(|&w| w as f64).sum();
+    let target = u * total;
+    let mut cum = 0.0f64;
+    let mut last_positive = 0;
+    for (i, &w) in weights.iter().enumerate() {
+        if w > 0.0 {
+            cum += w as f64;
+            last_positive = i;
+            if cum > target {
+                return i;
+            }
+        }
+    }
+    last_positive
+}
+
+/// Negative log-likelihood of `id` under the model's own distribution (temperature 1, no
+/// penalty): the quality signal reported for every run, comparable across sampling settings.
+pub fn nll_at_t1(logits: &[f32], id: u32, n_vocab: usize) -> f64 {
+    let l = &logits[..n_vocab.min(logits.len())];
+    let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let log_z = max + l.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+    log_z - l.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY) as f64
+}

@@ -1,0 +1,114 @@
+//! Writes tiny GGUF models with random weights, so architectures we have no real weights for
+//! here (qwen2) and broken files can be exercised.
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use std::path::Path;
+
+pub struct Spec {
+    pub arch: &'static str,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub n_ff: usize,
+    pub n_layer: usize,
+    pub n_ctx: usize,
+    pub biases: bool,
+    pub dtype: GgmlDType,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Spec { arch: "qwen2", n_embd: 64, n_head: 4, n_kv_head: 2, n_ff: 128, n_layer: 2, n_ctx: 256, biases: true, dtype: GgmlDType::F32 }
+    }
+}
+
+/// GPT-2's byte → printable character table (byte-level BPE's alphabet).
+pub fn byte_level_alphabet() -> Vec<String> {
+    let mut printable: Vec<u32> = ('!' as u32..='~' as u32).collect();
+    printable.extend('¡' as u32..='¬' as u32);
+    printable.extend('®' as u32..='ÿ' as u32);
+    let mut out = Vec::with_capacity(256);
+    let mut extra = 0;
+    for b in 0..256u32 {
+        let c = if printable.contains(&b) {
+            b
+        } else {
+            extra += 1;
+            255 + extra
+        };
+        out.push(char::from_u32(c).unwrap().to_string());
+    }
+    out
+}
+
+/// Vocabulary: two control tokens, the 256 byte symbols, and a few merges.
+pub fn vocab() -> (Vec<String>, Vec<String>) {
+    let mut tokens = vec!["<|im_start|>".to_string(), "<|im_end|>".to_string()];
+    tokens.extend(byte_level_alphabet());
+    let merges = vec!["Ġ t".to_string(), "h e".to_string(), "Ġt he".to_string(), "i n".to_string()];
+    tokens.extend(["Ġt", "he", "Ġthe", "in"].iter().map(|s| s.to_string()));
+    (tokens, merges)
+}
+
+fn rand_tensor(shape: &[usize], scale: f64) -> Tensor {
+    (Tensor::randn(0f32, 1f32, shape, &Device::Cpu).unwrap() * scale).unwrap()
+}
+
+pub fn write(path: &Path, spec: &Spec) {
+    let (tokens, merges) = vocab();
+    let n_vocab = tokens.len() + 6; // padded head, like Qwen's
+    let hd = spec.n_embd / spec.n_head;
+    let mut tensors: Vec<(String, QTensor)> = Vec::new();
+    let mut add = |name: String, t: Tensor, quantize: bool| {
+        let dtype = if quantize { spec.dtype } else { GgmlDType::F32 };
+        tensors.push((name, QTensor::quantize(&t, dtype).unwrap()));
+    };
+    add("token_embd.weight".into(), rand_tensor(&[n_vocab, spec.n_embd], 0.5), true);
+    add("output_norm.weight".into(), (rand_tensor(&[spec.n_embd], 0.1) + 1.0).unwrap(), false);
+    for i in 0..spec.n_layer {
+        let p = format!("blk.{i}");
+        let w = 1.0 / (spec.n_embd as f64).sqrt();
+        add(format!("{p}.attn_norm.weight"), (rand_tensor(&[spec.n_embd], 0.1) + 1.0).unwrap(), false);
+        add(format!("{p}.ffn_norm.weight"), (rand_tensor(&[spec.n_embd], 0.1) + 1.0).unwrap(), false);
+        add(format!("{p}.attn_q.weight"), rand_tensor(&[spec.n_head * hd, spec.n_embd], w), true);
+        add(format!("{p}.attn_k.weight"), rand_tensor(&[spec.n_kv_head * hd, spec.n_embd], w), true);
+        add(format!("{p}.attn_v.weight"), rand_tensor(&[spec.n_kv_head * hd, spec.n_embd], w), true);
+        add(format!("{p}.attn_output.weight"), rand_tensor(&[spec.n_embd, spec.n_head * hd], w), true);
+        add(format!("{p}.ffn_gate.weight"), rand_tensor(&[spec.n_ff, spec.n_embd], w), true);
+        add(format!("{p}.ffn_up.weight"), rand_tensor(&[spec.n_ff, spec.n_embd], w), true);
+        add(format!("{p}.ffn_down.weight"), rand_tensor(&[spec.n_embd, spec.n_ff], 1.0 / (spec.n_ff as f64).sqrt()), true);
+        if spec.biases {
+            add(format!("{p}.attn_q.bias"), rand_tensor(&[spec.n_head * hd], 0.1), false);
+            add(format!("{p}.attn_k.bias"), rand_tensor(&[spec.n_kv_head * hd], 0.1), false);
+            add(format!("{p}.attn_v.bias"), rand_tensor(&[spec.n_kv_head * hd], 0.1), false);
+        }
+    }
+    let a = spec.arch;
+    let u32v = |x: usize| Value::U32(x as u32);
+    let mut token_type = vec![Value::I32(3), Value::I32(3)];
+    token_type.extend((2..tokens.len()).map(|_| Value::I32(1)));
+    let metadata: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(a.into())),
+        ("general.name".into(), Value::String(format!("synthetic-{a}"))),
+        (format!("{a}.embedding_length"), u32v(spec.n_embd)),
+        (format!("{a}.attention.head_count"), u32v(spec.n_head)),
+        (format!("{a}.attention.head_count_kv"), u32v(spec.n_kv_head)),
+        (format!("{a}.block_count"), u32v(spec.n_layer)),
+        (format!("{a}.feed_forward_length"), u32v(spec.n_ff)),
+        (format!("{a}.context_length"), u32v(spec.n_ctx)),
+        (format!("{a}.rope.freq_base"), Value::F32(1_000_000.0)),
+        (format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
+        ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
+        ("tokenizer.ggml.pre".into(), Value::String("qwen2".into())),
+        ("tokenizer.ggml.tokens".into(), Value::Array(tokens.iter().map(|t| Value::String(t.clone())).collect())),
+        ("tokenizer.ggml.token_type".into(), Value::Array(token_type)),
+        ("tokenizer.ggml.merges".into(), Value::Array(merges.iter().map(|m| Value::String(m.clone())).collect())),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
+    ];
+    let md: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut f = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut f, &md, &ts).unwrap();
+}

@@ -1,0 +1,199 @@
+//! Engine foundation on the real default model (SmolLM2-135M-Instruct).
+
+mod common;
+
+use common::{load_target, target_path};
+use mentor_lab::sampling::argmax;
+use mentor_lab::{Engine, GenEvent, GenerateRequest, Mode, SamplingParams, WeightFormat};
+use std::sync::atomic::AtomicBool;
+
+fn greedy(prompt: &str, max_tokens: usize) -> GenerateRequest {
+    GenerateRequest {
+        prompt: prompt.into(),
+        sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
+        max_tokens,
+        mode: Mode::Target,
+        ..GenerateRequest::default()
+    }
+}
+
+#[test]
+fn greedy_capital_of_france_is_paris() {
+    let mut engine = Engine::new(load_target(WeightFormat::Auto), None).unwrap();
+    let cancel = AtomicBool::new(false);
+    let mut streamed = String::new();
+    let g = engine
+        .generate(&greedy("What is the capital of France?", 24), &cancel, &mut |ev| {
+            if let GenEvent::Token(t) = ev {
+                streamed.push_str(&t.text);
+            }
+        })
+        .unwrap();
+    assert!(g.text.contains("Paris"), "answer was {:?}", g.text);
+    assert_eq!(streamed, g.text, "streamed pieces must add up to the text");
+    assert!(g.stats.n_tokens > 0 && g.stats.n_tokens <= 24);
+    assert!(g.stats.mean_target_nll.is_finite() && g.stats.mean_target_nll >= 0.0);
+    for t in &g.tokens {
+        assert_eq!(t.p_target, Some(1.0), "greedy p(x) is one-hot");
+    }
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn chunk_vs_steps(format: WeightFormat, exact: bool) {
+    let mut m = load_target(format);
+    let ids = m.tokenizer.prompt_ids("Tell me a short story about a robot who learns to paint.", false).unwrap();
+    let chunked = m.model.forward_rows(&ids).unwrap();
+    m.model.clear().unwrap();
+    let mut stepped = Vec::new();
+    for &id in &ids {
+        stepped.push(m.model.forward_rows(&[id]).unwrap().remove(0));
+    }
+    assert_eq!(chunked.len(), ids.len());
+    for (i, (c, s)) in chunked.iter().zip(&stepped).enumerate() {
+        if exact {
+            let d = max_abs_diff(c, s);
+            assert!(d <= 1e-3, "position {i}: chunked vs stepped differ by {d}");
+        } else {
+            assert_eq!(argmax(c), argmax(s), "position {i}: arg-max differs");
+        }
+    }
+}
+
+#[test]
+fn chunked_forward_equals_stepwise_f32() {
+    chunk_vs_steps(WeightFormat::F32, true);
+}
+
+#[test]
+fn chunked_forward_same_argmax_quantized() {
+    chunk_vs_steps(WeightFormat::Auto, false);
+}
+
+#[test]
+fn truncate_then_refeed_reproduces_logits_exactly() {
+    let mut m = load_target(WeightFormat::Auto);
+    let ids = m.tokenizer.prompt_ids("List three colours of the rainbow.", false).unwrap();
+    let first = m.model.forward_rows(&ids).unwrap();
+    // Feed some junk past the prompt, then roll back to 5 tokens before its end and re-feed.
+    m.model.forward_rows(&[100, 200, 300]).unwrap();
+    let keep = ids.len() - 5;
+    m.model.truncate(keep);
+    assert_eq!(m.model.n_cached(), keep);
+    let again = m.model.forward_rows(&ids[keep..]).unwrap();
+    for i in 0..5 {
+        assert_eq!(first[keep + i], again[i], "row {i} after rollback differs");
+    }
+}
+
+#[test]
+fn kv_cache_grows_past_initial_capacity() {
+    let mut m = load_target(WeightFormat::Auto);
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(40);
+    let ids = m.tokenizer.encode(&text).unwrap();
+    assert!(ids.len() > 300, "need more than the initial 256-slot cache");
+    let all = m.model.forward_rows(&ids).unwrap();
+    m.model.truncate(ids.len() - 1);
+    let last = m.model.forward_rows(&ids[ids.len() - 1..]).unwrap();
+    assert_eq!(argmax(&all[ids.len() - 1]), argmax(&last[0]));
+}
+
+#[test]
+fn tokenizer_round_trips_and_chat_prompt_starts_with_im_start() {
+    let m = load_target(WeightFormat::Auto);
+    let tok = &m.tokenizer;
+    for s in [
+        "Hello, world!",
+        "Café crème, naïve façade, Ångström",
+        "emoji: 🚀🌕 and 👩‍🔬",
+        "中文测试：月球上的温室。日本語も。",
+        "fn main() {\n    println!(\"{}\", 1 + 2);\n}\n",
+        "  leading and trailing spaces  \n\t tabs\n\n\nnewlines ",
+        "digits 1234567890 and 3.14159",
+    ] {
+        let ids = tok.encode(s).unwrap();
+        assert_eq!(tok.decode(&ids).unwrap(), s, "round trip of {s:?}");
+    }
+    let ids = tok.prompt_ids("Hi", false).unwrap();
+    assert_eq!(ids[0], 1, "<|im_start|> is id 1");
+    assert_eq!(tok.encode("<|im_start|>").unwrap(), vec![1], "special tokens encode as one id");
+    assert_eq!(tok.encode("<|im_end|>").unwrap(), vec![2]);
+    // Digits are split one by one (the smollm pre-tokenizer).
+    let ids = tok.encode("2024").unwrap();
+    assert_eq!(ids.len(), 4);
+    let rendered = tok.render_chat("Hi").unwrap();
+    assert!(rendered.ends_with("<|im_start|>assistant\n"), "generation prompt missing: {rendered:?}");
+    assert!(tok.prompt_ids("Hi", true).unwrap()[0] != 1, "raw mode skips the template");
+}
+
+#[test]
+fn stream_decoder_never_splits_a_character() {
+    let m = load_target(WeightFormat::Auto);
+    let tok = &m.tokenizer;
+    let s = "🚀 Ångström 月球";
+    let ids = tok.encode(s).unwrap();
+    let mut dec = mentor_lab::tokenizer::StreamDecoder::new();
+    let mut out = String::new();
+    for &id in &ids {
+        let piece = dec.push(tok, id).unwrap();
+        assert!(!piece.contains('\u{FFFD}'), "piece {piece:?} holds half a character");
+        out.push_str(&piece);
+    }
+    assert_eq!(out, s);
+    assert!(ids.len() > s.chars().count() / 2, "test needs multi-token characters");
+}
+
+#[test]
+fn same_seed_same_text_different_seed_different_text() {
+    let mut engine = Engine::new(load_target(WeightFormat::Auto), None).unwrap();
+    let cancel = AtomicBool::new(false);
+    let mut req = GenerateRequest {
+        prompt: "Write a poem about the sea.".into(),
+        sampling: SamplingParams { temperature: 1.0, ..SamplingParams::default() },
+        max_tokens: 24,
+        ignore_eos: true,
+        seed: 7,
+        ..GenerateRequest::default()
+    };
+    let a = engine.generate(&req, &cancel, &mut |_| {}).unwrap();
+    let b = engine.generate(&req, &cancel, &mut |_| {}).unwrap();
+    assert_eq!(a.text, b.text);
+    assert_eq!(a.tokens.len(), 24, "ignore_eos runs to max tokens");
+    req.seed = 8;
+    let c = engine.generate(&req, &cancel, &mut |_| {}).unwrap();
+    assert_ne!(a.text, c.text);
+}
+
+#[test]
+fn cancel_stops_generation_promptly() {
+    let mut engine = Engine::new(load_target(WeightFormat::Auto), None).unwrap();
+    let cancel = AtomicBool::new(false);
+    let req = GenerateRequest { prompt: "Count to one hundred.".into(), max_tokens: 200, ignore_eos: true, ..GenerateRequest::default() };
+    let mut n = 0;
+    let g = engine
+        .generate(&req, &cancel, &mut |ev| {
+            if let GenEvent::Token(_) = ev {
+                n += 1;
+                if n == 5 {
+                    cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        })
+        .unwrap();
+    assert!(g.cancelled);
+    assert_eq!(g.tokens.len(), 5);
+}
+
+#[test]
+fn models_info_describes_the_default_target() {
+    let f = mentor_lab::gguf::ModelFile::open(&target_path()).unwrap();
+    let info = f.info();
+    assert_eq!(info.arch, "llama");
+    assert_eq!(info.n_vocab, 49152);
+    assert_eq!(info.quantization, "Q4_1");
+    assert!((130e6..140e6).contains(&(info.n_params as f64)), "{} params", info.n_params);
+    assert_eq!(f.config.n_layer, 30);
+    assert_eq!((f.config.n_head, f.config.n_kv_head), (9, 3));
+}

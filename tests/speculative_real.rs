@@ -1,0 +1,204 @@
+//! Speculative and mentored decoding on the real default model.
+
+mod common;
+
+#[path = "common/synthetic.rs"]
+mod synthetic;
+
+use common::{draft_path, load_target, target_path};
+use mentor_lab::generate::LoadedModel;
+use mentor_lab::sampling::{argmax, probabilities, sample_index, uniform, Purpose};
+use mentor_lab::{load_model, DraftLen, Engine, EngineError, GenEvent, GenerateRequest, Mode, SamplingParams, TokenSource, WeightFormat};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const PROMPT: &str = "Write a short story about a lighthouse keeper who finds a message in a bottle.";
+
+fn request(mode: Mode, temperature: f32, budget: f64, k: DraftLen, n: usize) -> GenerateRequest {
+    GenerateRequest {
+        prompt: PROMPT.into(),
+        sampling: SamplingParams { temperature, ..SamplingParams::default() },
+        max_tokens: n,
+        ignore_eos: true,
+        mode,
+        budget,
+        draft_len: k,
+        seed: 11,
+        ..GenerateRequest::default()
+    }
+}
+
+fn run(engine: &mut Engine, req: &GenerateRequest) -> mentor_lab::Generation {
+    engine.generate(req, &AtomicBool::new(false), &mut |_| {}).unwrap()
+}
+
+fn the_draft(format: WeightFormat) -> LoadedModel {
+    let p = draft_path().expect("the default draft must be in assets/models");
+    load_model(&p, format, &candle_core::Device::Cpu).unwrap()
+}
+
+fn ids(g: &mentor_lab::Generation) -> Vec<u32> {
+    g.tokens.iter().map(|t| t.id).collect()
+}
+
+/// Greedy speculative decoding at D = 0 is exactly greedy target decoding, whatever the draft.
+#[test]
+fn greedy_speculative_equals_greedy_target() {
+    // Draft 1: the target itself with quantized weights (agrees almost always, disagrees at near-ties).
+    // Draft 2: the trained draft (disagrees often, so rollback is exercised on every few tokens).
+    for draft in [load_target(WeightFormat::Q8_0), the_draft(WeightFormat::F32)] {
+        let mut engine = Engine::new(load_target(WeightFormat::F32), Some(draft)).unwrap();
+        let want = run(&mut engine, &request(Mode::Target, 0.0, 0.0, DraftLen::Fixed(4), 48));
+        for k in [DraftLen::Fixed(1), DraftLen::Fixed(4), DraftLen::Fixed(7), DraftLen::Auto] {
+            let got = run(&mut engine, &request(Mode::Speculative, 0.0, 0.0, k, 48));
+            assert_eq!(ids(&got), ids(&want), "k = {k}");
+            assert_eq!(got.text, want.text);
+            let s = &got.stats;
+            assert_eq!(s.n_tokens, 48);
+            assert!(s.n_accepted <= s.n_drafted);
+            assert_eq!(got.rounds.iter().map(|r| r.n_emitted).sum::<usize>(), 48);
+            let accepted = got.tokens.iter().filter(|t| t.source == TokenSource::DraftAccepted).count();
+            assert_eq!(accepted, s.n_accepted);
+        }
+    }
+}
+
+/// With no bonus token and D = 1 every draft is accepted, and the keyed uniforms make the output
+/// the draft-only output for the same seed.
+#[test]
+fn full_budget_without_bonus_equals_draft_only() {
+    let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_draft(WeightFormat::F32))).unwrap();
+    let draft_only = run(&mut engine, &request(Mode::Draft, 0.8, 0.0, DraftLen::Fixed(4), 40));
+    let mut req = request(Mode::Speculative, 0.8, 1.0, DraftLen::Fixed(5), 40);
+    req.bonus = false;
+    let spec = run(&mut engine, &req);
+    assert_eq!(ids(&spec), ids(&draft_only));
+    assert_eq!(spec.stats.acceptance_rate, 1.0);
+    assert!(spec.tokens.iter().all(|t| t.source == TokenSource::DraftAccepted));
+    assert!(draft_only.stats.mean_target_nll > 0.0, "draft-only text is scored by the target");
+    // With the bonus on, every round ends with a target token.
+    req.bonus = true;
+    let with_bonus = run(&mut engine, &req);
+    assert!(with_bonus.tokens.iter().any(|t| t.source == TokenSource::Bonus));
+}
+
+/// Under a budget D > 0 the bonus token still follows the target's distribution p (not π): there
+/// is no draft proposal at that position to mix with. Each bonus token must be exactly the
+/// TargetSample draw from p at its position.
+#[test]
+fn bonus_token_follows_target_distribution() {
+    let mut engine = Engine::new(load_target(WeightFormat::F32), Some(the_draft(WeightFormat::F32))).unwrap();
+    let req = request(Mode::Speculative, 0.7, 0.5, DraftLen::Fixed(2), 40);
+    let g = run(&mut engine, &req);
+    let bonus: Vec<_> = g.tokens.iter().filter(|t| t.source == TokenSource::Bonus).collect();
+    assert!(!bonus.is_empty(), "need some fully accepted rounds");
+    let prompt = engine.target.tokenizer.prompt_ids(PROMPT, false).unwrap();
+    let mut context = prompt.clone();
+    context.extend(ids(&g));
+    engine.target.model.clear().unwrap();
+    let rows = engine.target.model.forward_rows(&context[..context.len() - 1]).unwrap();
+    let n_vocab = engine.target.tokenizer.vocab_size();
+    for t in bonus {
+        let at = prompt.len() + t.pos;
+        let p = probabilities(&rows[at - 1], &context[..at], &req.sampling, n_vocab);
+        let expect = sample_index(&p, uniform(req.seed, t.pos as u64, Purpose::TargetSample)) as u32;
+        assert_eq!(t.id, expect, "bonus at {} is not the target's draw", t.pos);
+        assert!((t.p_target.unwrap() - p[t.id as usize]).abs() < 1e-4);
+    }
+}
+
+/// After a run with many rejections, both caches hold exactly what a fresh run on the same tokens
+/// would: the next-token logits agree.
+#[test]
+fn kv_rollback_matches_fresh_run() {
+    let mut engine = Engine::new(load_target(WeightFormat::F32), Some(the_draft(WeightFormat::F32))).unwrap();
+    let g = run(&mut engine, &request(Mode::Speculative, 1.0, 0.0, DraftLen::Fixed(6), 60));
+    assert!(g.tokens.iter().any(|t| t.source == TokenSource::Resampled), "need rejections");
+    let mut context = engine.target.tokenizer.prompt_ids(PROMPT, false).unwrap();
+    context.extend(ids(&g));
+    let last = *context.last().unwrap();
+    for model in [&mut engine.target.model, &mut engine.draft.as_mut().unwrap().model] {
+        // The caches hold every token but the last (the next round would feed it).
+        model.truncate(context.len() - 1);
+        assert!(model.n_cached() <= context.len() - 1);
+        let cached = model.n_cached();
+        let after_rollback = model.forward_rows(&context[cached..]).unwrap().pop().unwrap();
+        model.clear().unwrap();
+        let fresh = model.forward_rows(&context).unwrap().pop().unwrap();
+        let d = after_rollback.iter().zip(&fresh).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        assert!(d < 1e-3, "logits differ by {d} (last token {last})");
+    }
+}
+
+#[test]
+fn cancel_mid_round_returns_tokens_so_far() {
+    let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_draft(WeightFormat::Auto))).unwrap();
+    let cancel = AtomicBool::new(false);
+    let mut n_tokens = 0;
+    let mut n_rounds_after = 0;
+    let req = request(Mode::Speculative, 0.7, 0.5, DraftLen::Fixed(8), 200);
+    let g = engine
+        .generate(&req, &cancel, &mut |ev| match ev {
+            GenEvent::Token(_) => {
+                n_tokens += 1;
+                if n_tokens == 10 {
+                    cancel.store(true, Ordering::Relaxed);
+                }
+            }
+            GenEvent::Round(_) if cancel.load(Ordering::Relaxed) => n_rounds_after += 1,
+            _ => {}
+        })
+        .unwrap();
+    assert!(g.cancelled);
+    assert!(g.tokens.len() >= 10 && g.tokens.len() <= 10 + 8, "{} tokens", g.tokens.len());
+    assert!(n_rounds_after <= 1, "no new round starts after cancel");
+}
+
+#[test]
+fn stats_and_provenance_are_consistent() {
+    let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_draft(WeightFormat::Auto))).unwrap();
+    let budget = 0.4;
+    let g = run(&mut engine, &request(Mode::Speculative, 0.7, budget, DraftLen::Fixed(4), 64));
+    let s = &g.stats;
+    assert_eq!(s.n_rounds, g.rounds.len());
+    assert!((s.mean_accepted_len - 64.0 / s.n_rounds as f64).abs() < 1e-9);
+    assert!((s.acceptance_rate - s.n_accepted as f64 / s.n_drafted as f64).abs() < 1e-12);
+    assert!(s.mean_tv <= budget + 1e-9 && s.mean_tv > 0.0);
+    assert!(s.per_position_acceptance.len() <= 4 && !s.per_position_acceptance.is_empty());
+    assert!(s.draft_s > 0.0 && s.verify_s > 0.0);
+    for t in &g.tokens {
+        match t.source {
+            TokenSource::DraftAccepted | TokenSource::Resampled => {
+                let (tv, theta) = (t.tv.unwrap(), t.theta.unwrap());
+                assert!((theta - if tv > 0.0 { (budget / tv).min(1.0) } else { 1.0 }).abs() < 1e-6);
+                let (p, q, pi) = (t.p_target.unwrap(), t.q_draft.unwrap(), t.pi_mixed.unwrap());
+                assert!((pi as f64 - ((1.0 - theta) * p as f64 + theta * q as f64)).abs() < 1e-5);
+                assert!(t.accept_prob.is_some() && t.round.is_some());
+            }
+            TokenSource::Bonus | TokenSource::Target => assert!(t.p_target.is_some()),
+            TokenSource::Draft => panic!("no draft-only tokens in speculative mode"),
+        }
+    }
+}
+
+#[test]
+fn vocabulary_mismatch_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = dir.path().join("tiny-qwen2.gguf");
+    synthetic::write(&tiny, &synthetic::Spec::default());
+    let draft = load_model(&tiny, WeightFormat::Auto, &candle_core::Device::Cpu).unwrap();
+    let Err(e) = Engine::new(load_target(WeightFormat::Auto), Some(draft)) else {
+        panic!("a draft with another tokenizer must be refused")
+    };
+    assert!(matches!(e, EngineError::VocabMismatch { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains("tiny-qwen2.gguf") && msg.contains(&target_path().display().to_string()), "{msg}");
+}
+
+#[test]
+fn adaptive_greedy_is_lossless_and_uses_the_draft() {
+    let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_draft(WeightFormat::Auto))).unwrap();
+    let g = run(&mut engine, &request(Mode::Speculative, 0.0, 0.0, DraftLen::Auto, 64));
+    assert_eq!(g.stats.n_tokens, 64);
+    assert!(g.stats.n_drafted > 0, "adaptive should try drafting");
+    assert_eq!(argmax(&[0.0, 1.0]), 1);
+}
