@@ -1,0 +1,91 @@
+"""Write the trained draft as a llama.cpp GGUF (Q8_0 matrices, F32 norms) with the target's tokenizer
+metadata copied verbatim, then verify it: read back, numpy forward vs the device's reference logits.
+
+usage: python3 export_gguf.py TARGET.gguf RUN_DIR OUT.gguf
+RUN_DIR holds student_index.json, student_w*.f16, ref_logits.npz, results.json from distill.py."""
+import json, os, sys
+import numpy as np
+import gguf
+from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as Q, GGUFValueType as VT
+from gguf.quants import quantize
+from gguf_io import load_weights
+import np_llama
+
+CONTEXT = 2048  # trained on packed 2048-token windows
+
+
+def load_run(run):
+    ix = json.load(open(os.path.join(run, "student_index.json")))
+    flat = np.concatenate([np.fromfile(os.path.join(run, f"student_w{i}.f16"), dtype=np.float16) for i in range(ix["files"])])
+    assert len(flat) == ix["total"]
+    w = {k: flat[o:o + int(np.prod(sh))].reshape(sh).astype(np.float32) for k, sh, o in ix["index"]}
+    return ix["cfg"], w
+
+
+def write(target, cfg, w, out, name):
+    tr = GGUFReader(target)
+    wr = GGUFWriter(out, "llama")
+    wr.add_name(name)
+    wr.add_license("apache-2.0")
+    wr.add_context_length(CONTEXT)
+    wr.add_embedding_length(cfg["d"])
+    wr.add_block_count(cfg["n_layers"])
+    wr.add_feed_forward_length(cfg["ffn"])
+    wr.add_head_count(cfg["n_heads"])
+    wr.add_head_count_kv(cfg["n_kv"])
+    wr.add_rope_freq_base(float(tr.fields["llama.rope.freq_base"].contents()))
+    wr.add_layer_norm_rms_eps(float(tr.fields["llama.attention.layer_norm_rms_epsilon"].contents()))
+    wr.add_rope_dimension_count(cfg["d"] // cfg["n_heads"])
+    wr.add_vocab_size(cfg["vocab"])
+    wr.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    for key, f in tr.fields.items():
+        if key.startswith("tokenizer."):
+            if f.types[0] == VT.ARRAY:
+                wr.add_key_value(key, f.contents(), VT.ARRAY, sub_type=f.types[-1])
+            else:
+                wr.add_key_value(key, f.contents(), f.types[0])
+    order = ["token_embd.weight"] + [k for k in w if k.startswith("blk.")] + ["output_norm.weight"]
+    for k in order:
+        a = w[k]
+        if a.ndim == 2:
+            wr.add_tensor(k, quantize(a, Q.Q8_0), raw_dtype=Q.Q8_0)
+        else:
+            wr.add_tensor(k, a.astype(np.float32))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+
+
+def tv_stats(a, b, temp=0.7):
+    pa = np.exp((a - a.max(-1, keepdims=True)) / temp); pa /= pa.sum(-1, keepdims=True)
+    pb = np.exp((b - b.max(-1, keepdims=True)) / temp); pb /= pb.sum(-1, keepdims=True)
+    return 1 - 0.5 * np.abs(pa - pb).sum(-1)
+
+
+if __name__ == "__main__":
+    target, run, out = sys.argv[1:4]
+    cfg, w = load_run(run)
+    res = json.load(open(os.path.join(run, "results.json")))
+    name = f"mentor-lab-draft-smollm2-135m-d{cfg['d']}-l{cfg['n_layers']}"
+    write(target, cfg, w, out, name)
+    print("wrote", out, os.path.getsize(out), "bytes")
+
+    # ---- verify: read back, metadata, tensors, forward
+    r = GGUFReader(out)
+    t = GGUFReader(target)
+    for k, f in t.fields.items():
+        if k.startswith("tokenizer."):
+            assert r.fields[k].contents() == f.contents(), k
+    print("tokenizer.* keys identical:", sum(k.startswith("tokenizer.") for k in t.fields))
+    gcfg, gw = load_weights(out)
+    print("cfg from gguf:", gcfg)
+    assert set(gw) == set(w), set(gw) ^ set(w)
+    ref = np.load(os.path.join(run, "ref_logits.npz"))
+    ids, pos, rl = ref["ids"], ref["positions"], ref["logits"]
+    l16 = np_llama.forward(gcfg, w, ids)[pos]
+    lq8 = np_llama.forward(gcfg, gw, ids)[pos]
+    print(f"numpy(fp16 weights) vs torch ref: max|dlogit| {np.abs(l16 - rl).max():.2e}, argmax equal "
+          f"{(l16.argmax(-1) == rl.argmax(-1)).mean():.2f}")
+    print(f"numpy(GGUF Q8_0) vs torch ref: max|dlogit| {np.abs(lq8 - rl).max():.3f}, argmax equal "
+          f"{(lq8.argmax(-1) == rl.argmax(-1)).mean():.2f}, mean 1-TV(T=0.7) {tv_stats(lq8, rl).mean():.4f}")
