@@ -156,7 +156,6 @@ pub fn dtype_name(d: GgmlDType) -> &'static str {
         GgmlDType::Q5K => "Q5_K",
         GgmlDType::Q6K => "Q6_K",
         GgmlDType::Q8K => "Q8_K",
-        _ => "other",
     }
 }
 

@@ -8,7 +8,9 @@
 //! runs rounds, `engine` ties a target and a draft together, `models` finds and fetches files.
 
 pub mod adaptive;
+pub mod app;
 pub mod engine;
+pub mod eval;
 pub mod error;
 pub mod generate;
 pub mod gguf;

@@ -196,7 +196,7 @@ fn build_bpe(file: &ModelFile, tokens: &[String]) -> std::result::Result<Tokeniz
         .filter(|(_, &ty)| ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED)
         .map(|(t, _)| AddedToken::from(t.clone(), true))
         .collect();
-    tk.add_special_tokens(&special);
+    tk.add_special_tokens(special).map_err(|e| format!("adding special tokens: {e}"))?;
     Ok(tk)
 }
 

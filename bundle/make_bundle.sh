@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Build "Mentor Lab.app".
+#
+#   bundle/make_bundle.sh                 on a Mac: release build with Metal, ad-hoc signed
+#   bundle/make_bundle.sh --universal     on a Mac: arm64 + x86_64 in one binary (lipo)
+#   bundle/make_bundle.sh --linux [--binary PATH]
+#                                         anywhere: the same folder layout around a Linux
+#                                         binary (to check the layout; it does not run on macOS)
+#   --out DIR                             where to put the .app (default: target/bundle)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+out="$root/target/bundle"
+mode=mac
+universal=0
+binary=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --linux) mode=linux ;;
+    --universal) universal=1 ;;
+    --binary) binary="$2"; shift ;;
+    --out) out="$2"; shift ;;
+    *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+version="$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$root/Cargo.toml" | head -n1)"
+[ -n "$version" ] || { echo "no version in Cargo.toml" >&2; exit 1; }
+
+if [ "$mode" = mac ]; then
+  [ "$(uname -s)" = Darwin ] || { echo "the macOS bundle is built on a Mac; use --linux here" >&2; exit 1; }
+  if [ "$universal" = 1 ]; then
+    for t in aarch64-apple-darwin x86_64-apple-darwin; do
+      rustup target add "$t"
+      (cd "$root" && cargo build --release --features metal --target "$t")
+    done
+    mkdir -p "$root/target/universal"
+    lipo -create -output "$root/target/universal/mentor-lab" \
+      "$root/target/aarch64-apple-darwin/release/mentor-lab" "$root/target/x86_64-apple-darwin/release/mentor-lab"
+    binary="$root/target/universal/mentor-lab"
+  else
+    (cd "$root" && cargo build --release --features metal)
+    binary="$root/target/release/mentor-lab"
+  fi
+elif [ -z "$binary" ]; then
+  (cd "$root" && cargo build --release)
+  binary="$root/target/release/mentor-lab"
+fi
+[ -x "$binary" ] || { echo "no executable at $binary" >&2; exit 1; }
+
+app="$out/Mentor Lab.app"
+rm -rf "$app"
+mkdir -p "$app/Contents/MacOS" "$app/Contents/Resources"
+sed "s/@VERSION@/$version/g" "$here/Info.plist.in" > "$app/Contents/Info.plist"
+printf 'APPL????' > "$app/Contents/PkgInfo"
+cp "$binary" "$app/Contents/MacOS/mentor-lab"
+chmod 755 "$app/Contents/MacOS/mentor-lab"
+# Assets (default draft, prompts, icon source) where the app looks for them inside a bundle.
+mkdir -p "$app/Contents/Resources/assets"
+for item in models prompts icon.png; do
+  [ -e "$root/assets/$item" ] && cp -R "$root/assets/$item" "$app/Contents/Resources/assets/"
+done
+python3 "$here/make_icon.py" icns "$root/assets/icon.png" "$app/Contents/Resources/AppIcon.icns"
+
+if [ "$mode" = mac ]; then
+  plutil -lint "$app/Contents/Info.plist"
+  codesign --force --deep -s - "$app"
+  echo "built and ad-hoc signed: $app"
+else
+  echo "built (Linux layout check): $app"
+fi

@@ -1,0 +1,307 @@
+//! The background engine thread: owns the models, takes commands from the UI and answers with
+//! events, both over crossbeam channels. It wakes the UI after every event (so the UI never has to
+//! poll or repaint continuously), and survives panics: a panic becomes an error event, the models
+//! are reloaded and the thread carries on.
+
+use crate::generate::{DraftLen, GenEvent, GenerateRequest, Mode, RoundInfo, Stats, TokenInfo};
+use crate::gguf::ModelInfo;
+use crate::model::WeightFormat;
+use crate::models::{self, FetchProgress};
+use crate::Engine;
+use crossbeam_channel::{Receiver, Sender};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Which side of the comparison an event belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Pane {
+    Target,
+    Mentored,
+}
+
+/// Which models to load. `None` means the default (the default target is fetched if missing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ModelChoice {
+    pub target: Option<PathBuf>,
+    pub draft: Option<PathBuf>,
+    pub weights: WeightFormat,
+}
+
+/// A GGUF file found on disk, with a fingerprint of its tokenizer so that the UI can offer only
+/// drafts that fit the chosen target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoundModel {
+    pub info: ModelInfo,
+    pub tokenizer_fingerprint: u64,
+}
+
+#[derive(Debug, Clone)]
+pub enum EngineCommand {
+    Load(ModelChoice),
+    /// Look for GGUF files in the usual folders.
+    Discover,
+    /// Run the target-only request (unless `None`: the UI reuses its last result) and then the
+    /// mentored one, same prompt and seed.
+    Compare {
+        run_id: u64,
+        target: Option<GenerateRequest>,
+        mentored: GenerateRequest,
+        cancel: Arc<AtomicBool>,
+    },
+    /// Target-only once, then every (budget, draft length) of the grid on the same prompt and seed.
+    Sweep {
+        run_id: u64,
+        base: GenerateRequest,
+        budgets: Vec<f64>,
+        draft_lens: Vec<DraftLen>,
+        cancel: Arc<AtomicBool>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub enum EngineEvent {
+    /// Fetching or loading; `fraction` when known.
+    Progress { message: String, fraction: Option<f32> },
+    Loaded { target: ModelInfo, target_weights: String, draft: Option<(ModelInfo, String)> },
+    Started { run_id: u64, pane: Pane },
+    Token { run_id: u64, pane: Pane, token: TokenInfo, t_s: f64 },
+    Round { run_id: u64, pane: Pane, round: RoundInfo, t_s: f64 },
+    Finished { run_id: u64, pane: Pane, stats: Stats, cancelled: bool },
+    SweepPoint { run_id: u64, label: String, budget: f64, draft_len: DraftLen, stats: Stats },
+    SweepProgress { run_id: u64, done: usize, total: usize },
+    /// Everything asked for by `run_id` is over (finished, stopped or failed).
+    Done { run_id: u64 },
+    Error { run_id: Option<u64>, message: String },
+    Discovered(Vec<FoundModel>),
+}
+
+/// The UI's end of the engine: send commands, drain events.
+pub struct EngineHandle {
+    pub cmd_tx: Sender<EngineCommand>,
+    pub event_rx: Receiver<EngineEvent>,
+}
+
+/// Sends events and wakes the UI.
+#[derive(Clone)]
+struct Outbox {
+    tx: Sender<EngineEvent>,
+    waker: Option<egui::Context>,
+}
+
+impl Outbox {
+    fn send(&self, ev: EngineEvent) {
+        let _ = self.tx.send(ev);
+        if let Some(ctx) = &self.waker {
+            ctx.request_repaint();
+        }
+    }
+}
+
+/// Start the engine thread. `waker` is repainted after every event (None in tests that poll).
+pub fn spawn(waker: Option<egui::Context>) -> EngineHandle {
+    let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded::<EngineCommand>();
+    let (event_tx, event_rx) = crossbeam_channel::unbounded::<EngineEvent>();
+    let out = Outbox { tx: event_tx, waker };
+    std::thread::Builder::new()
+        .name("mentor-engine".into())
+        .spawn(move || supervise(cmd_rx, out))
+        .map(|_| ())
+        .unwrap_or_else(|e| eprintln!("cannot start the engine thread: {e}"));
+    EngineHandle { cmd_tx, event_rx }
+}
+
+#[derive(Default)]
+struct Worker {
+    engine: Option<Engine>,
+    last_load: Option<ModelChoice>,
+    /// The run in progress, so that a panic can be reported against it.
+    current_run: Option<u64>,
+}
+
+fn supervise(cmd_rx: Receiver<EngineCommand>, out: Outbox) {
+    let mut worker = Worker::default();
+    loop {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.serve(&cmd_rx, &out)));
+        match result {
+            Ok(()) => return, // the UI hung up
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                out.send(EngineEvent::Error {
+                    run_id: worker.current_run,
+                    message: format!("the engine crashed ({what}) and was restarted; your settings and history are kept. Reloading the models."),
+                });
+                if let Some(run_id) = worker.current_run.take() {
+                    out.send(EngineEvent::Done { run_id });
+                }
+                worker.engine = None;
+                if let Some(choice) = worker.last_load.clone() {
+                    worker.load(choice, &out);
+                }
+            }
+        }
+    }
+}
+
+impl Worker {
+    fn serve(&mut self, cmd_rx: &Receiver<EngineCommand>, out: &Outbox) {
+        while let Ok(cmd) = cmd_rx.recv() {
+            match cmd {
+                EngineCommand::Load(choice) => self.load(choice, out),
+                EngineCommand::Discover => out.send(EngineEvent::Discovered(discover())),
+                EngineCommand::Compare { run_id, target, mentored, cancel } => {
+                    self.current_run = Some(run_id);
+                    if let Some(req) = target {
+                        self.run_one(run_id, Pane::Target, &req, &cancel, out);
+                    }
+                    if !cancel.load(Ordering::Relaxed) {
+                        self.run_one(run_id, Pane::Mentored, &mentored, &cancel, out);
+                    }
+                    self.current_run = None;
+                    out.send(EngineEvent::Done { run_id });
+                }
+                EngineCommand::Sweep { run_id, base, budgets, draft_lens, cancel } => {
+                    self.current_run = Some(run_id);
+                    self.sweep(run_id, &base, &budgets, &draft_lens, &cancel, out);
+                    self.current_run = None;
+                    out.send(EngineEvent::Done { run_id });
+                }
+            }
+        }
+    }
+
+    fn load(&mut self, choice: ModelChoice, out: &Outbox) {
+        self.last_load = Some(choice.clone());
+        self.engine = None;
+        let progress = |message: String, fraction: Option<f32>| out.send(EngineEvent::Progress { message, fraction });
+        let target_path = match &choice.target {
+            Some(p) => p.clone(),
+            None => {
+                let mut report = |p: FetchProgress| match p {
+                    FetchProgress::Message(m) => progress(m, None),
+                    FetchProgress::Extracting { done, total } => {
+                        if done == total || done % (8 << 20) < (1 << 20) {
+                            progress("Extracting the default target…".into(), Some(done as f32 / total.max(1) as f32))
+                        }
+                    }
+                };
+                match models::ensure_default_target(&mut report) {
+                    Ok(p) => p,
+                    Err(e) => return out.send(EngineEvent::Error { run_id: None, message: e.to_string() }),
+                }
+            }
+        };
+        let device = crate::model::default_device();
+        progress(format!("Loading {}…", target_path.display()), None);
+        let target = match crate::load_model(&target_path, choice.weights, &device) {
+            Ok(t) => t,
+            Err(e) => return out.send(EngineEvent::Error { run_id: None, message: e.to_string() }),
+        };
+        let draft_path = choice.draft.clone().or_else(models::default_draft);
+        let mut draft = None;
+        if let Some(p) = draft_path {
+            progress(format!("Loading {}…", p.display()), None);
+            match crate::load_model(&p, choice.weights, &device) {
+                Ok(d) => match crate::generate::check_vocab(&target, &d) {
+                    Ok(_) => draft = Some(d),
+                    Err(e) => out.send(EngineEvent::Error { run_id: None, message: e.to_string() }),
+                },
+                Err(e) => out.send(EngineEvent::Error { run_id: None, message: e.to_string() }),
+            }
+        }
+        out.send(EngineEvent::Loaded {
+            target: target.info.clone(),
+            target_weights: target.model.weight_desc.clone(),
+            draft: draft.as_ref().map(|d| (d.info.clone(), d.model.weight_desc.clone())),
+        });
+        self.engine = Some(Engine { target, draft });
+    }
+
+    /// Run one request, streaming its tokens; returns the stats when it ran to the end.
+    fn run_one(&mut self, run_id: u64, pane: Pane, req: &GenerateRequest, cancel: &AtomicBool, out: &Outbox) -> Option<Stats> {
+        let Some(engine) = self.engine.as_mut() else {
+            out.send(EngineEvent::Error { run_id: Some(run_id), message: "no model is loaded yet: wait for loading to finish, or pick a model in the top bar.".into() });
+            return None;
+        };
+        out.send(EngineEvent::Started { run_id, pane });
+        let start = Instant::now();
+        let result = engine.generate(req, cancel, &mut |ev| match ev {
+            GenEvent::Token(token) => out.send(EngineEvent::Token { run_id, pane, token, t_s: start.elapsed().as_secs_f64() }),
+            GenEvent::Round(round) => out.send(EngineEvent::Round { run_id, pane, round, t_s: start.elapsed().as_secs_f64() }),
+            GenEvent::Prefilled { .. } => {}
+        });
+        match result {
+            Ok(g) => {
+                out.send(EngineEvent::Finished { run_id, pane, stats: g.stats.clone(), cancelled: g.cancelled });
+                (!g.cancelled).then_some(g.stats)
+            }
+            Err(e) => {
+                out.send(EngineEvent::Error { run_id: Some(run_id), message: e.to_string() });
+                None
+            }
+        }
+    }
+
+    fn sweep(&mut self, run_id: u64, base: &GenerateRequest, budgets: &[f64], lens: &[DraftLen], cancel: &AtomicBool, out: &Outbox) {
+        let total = 1 + budgets.len() * lens.len();
+        let target_req = GenerateRequest { mode: Mode::Target, ..base.clone() };
+        let Some(target_stats) = self.run_silent(&target_req, cancel, out, run_id) else { return };
+        out.send(EngineEvent::SweepPoint { run_id, label: "target".into(), budget: 0.0, draft_len: DraftLen::Fixed(1), stats: target_stats });
+        let mut done = 1;
+        out.send(EngineEvent::SweepProgress { run_id, done, total });
+        for &k in lens {
+            for &budget in budgets {
+                if cancel.load(Ordering::Relaxed) {
+                    return;
+                }
+                let req = GenerateRequest { mode: Mode::Speculative, budget, draft_len: k, ..base.clone() };
+                let Some(stats) = self.run_silent(&req, cancel, out, run_id) else { return };
+                let rule = format!("{:?}", base.rule).to_lowercase();
+                let label = match k {
+                    DraftLen::Auto => format!("auto,{rule}={budget}"),
+                    DraftLen::Fixed(k) => format!("fixed={k},{rule}={budget}"),
+                };
+                out.send(EngineEvent::SweepPoint { run_id, label, budget, draft_len: k, stats });
+                done += 1;
+                out.send(EngineEvent::SweepProgress { run_id, done, total });
+            }
+        }
+    }
+
+    /// A run whose tokens are not streamed (sweeps only plot the end result).
+    fn run_silent(&mut self, req: &GenerateRequest, cancel: &AtomicBool, out: &Outbox, run_id: u64) -> Option<Stats> {
+        let engine = self.engine.as_mut()?;
+        match engine.generate(req, cancel, &mut |_| {}) {
+            Ok(g) if !g.cancelled => Some(g.stats),
+            Ok(_) => None,
+            Err(e) => {
+                out.send(EngineEvent::Error { run_id: Some(run_id), message: e.to_string() });
+                None
+            }
+        }
+    }
+}
+
+/// Every GGUF on disk that opens, with its tokenizer fingerprint (the hash of its token strings
+/// and end-of-sequence id; drafts must match the target's over the shared range, which for real
+/// pairs means the same list up to padding, so the unpadded prefix is hashed).
+pub fn discover() -> Vec<FoundModel> {
+    use std::hash::{Hash, Hasher};
+    models::discover_gguf()
+        .into_iter()
+        .filter_map(|path| {
+            let file = crate::gguf::ModelFile::open(&path).ok()?;
+            let tok = crate::tokenizer::TextTokenizer::from_model_file(&file).ok()?;
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            tok.tokens.iter().filter(|t| !t.starts_with("[PAD")).for_each(|t| t.hash(&mut h));
+            tok.eos_id.hash(&mut h);
+            Some(FoundModel { info: file.info(), tokenizer_fingerprint: h.finish() })
+        })
+        .collect()
+}

@@ -1,0 +1,296 @@
+//! The desktop app. Data flows one way: widget → `UiCommand` (queued, applied once at the end of
+//! the frame) → `EngineCommand` on a channel → engine thread → `EngineEvent` on a channel →
+//! `ViewState` → drawing. The UI never blocks and never computes model math.
+
+pub mod engine_thread;
+pub mod settings;
+mod ui_controls;
+mod ui_history;
+mod ui_models;
+pub mod ui_panes;
+pub mod view;
+
+use engine_thread::{EngineCommand, EngineEvent, EngineHandle, FoundModel, ModelChoice, Pane};
+use settings::Settings;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use view::{RunRecord, ViewState};
+
+const SETTINGS_KEY: &str = "mentor-lab.settings";
+const HISTORY_KEY: &str = "mentor-lab.history";
+
+/// Native file dialogs, behind a trait so that tests (which have no desktop portal) can answer.
+pub trait Dialogs {
+    fn open_model(&mut self) -> Option<PathBuf>;
+    fn save_file(&mut self, default_name: &str) -> Option<PathBuf>;
+}
+
+/// The real dialogs (rfd). On Linux without a desktop portal they return None at once.
+pub struct NativeDialogs;
+
+impl Dialogs for NativeDialogs {
+    fn open_model(&mut self) -> Option<PathBuf> {
+        rfd::FileDialog::new().set_title("Open a GGUF model").add_filter("GGUF model", &["gguf"]).pick_file()
+    }
+    fn save_file(&mut self, default_name: &str) -> Option<PathBuf> {
+        rfd::FileDialog::new().set_title("Export runs").set_file_name(default_name).save_file()
+    }
+}
+
+/// What widgets ask for; applied in one place at the end of the frame.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UiCommand {
+    Run,
+    Stop,
+    Sweep,
+    Load(ModelChoice),
+    OpenTarget,
+    OpenDraft,
+    Discover,
+    ExportCsv,
+    ExportJson,
+    ClearHistory,
+}
+
+pub struct MentorApp {
+    pub settings: Settings,
+    pub history: Vec<RunRecord>,
+    pub view: ViewState,
+    pub found: Vec<FoundModel>,
+    engine: EngineHandle,
+    dialogs: Box<dyn Dialogs>,
+    next_run_id: u64,
+    cancel: Option<Arc<AtomicBool>>,
+    queued: Vec<UiCommand>,
+    /// Where the last export went (shown as a confirmation).
+    pub last_export: Option<PathBuf>,
+}
+
+impl MentorApp {
+    /// An app talking to `engine`; asks it to load the chosen models and to look for others.
+    pub fn new(settings: Settings, history: Vec<RunRecord>, engine: EngineHandle, dialogs: Box<dyn Dialogs>) -> Self {
+        let mut app = MentorApp {
+            settings,
+            history,
+            view: ViewState::default(),
+            found: Vec::new(),
+            engine,
+            dialogs,
+            next_run_id: 1,
+            cancel: None,
+            queued: Vec::new(),
+            last_export: None,
+        };
+        app.send(EngineCommand::Load(app.settings.models.clone()));
+        app.view.models.loading = true;
+        app.send(EngineCommand::Discover);
+        app
+    }
+
+    /// The eframe entry: restore settings and history, start the engine thread.
+    pub fn from_creation_context(cc: &eframe::CreationContext<'_>) -> Self {
+        let (settings, history) = match cc.storage {
+            Some(s) => (
+                eframe::get_value(s, SETTINGS_KEY).unwrap_or_default(),
+                eframe::get_value(s, HISTORY_KEY).unwrap_or_default(),
+            ),
+            None => (Settings::default(), Vec::new()),
+        };
+        let engine = engine_thread::spawn(Some(cc.egui_ctx.clone()));
+        Self::new(settings, history, engine, Box::new(NativeDialogs))
+    }
+
+    fn send(&mut self, cmd: EngineCommand) {
+        if self.engine.cmd_tx.send(cmd).is_err() {
+            self.view.error = Some("the engine thread is gone; restart Mentor Lab (settings and history are saved)".into());
+        }
+    }
+
+    pub fn queue(&mut self, cmd: UiCommand) {
+        self.queued.push(cmd);
+    }
+
+    /// Drain engine events into the view state (never blocks).
+    pub fn poll_engine(&mut self) {
+        while let Ok(ev) = self.engine.event_rx.try_recv() {
+            if let EngineEvent::Discovered(found) = ev {
+                self.found = found;
+                continue;
+            }
+            if let Some((pane, stats)) = self.view.apply(ev) {
+                self.record(pane, &stats);
+            }
+        }
+    }
+
+    fn record(&mut self, pane: Pane, stats: &crate::generate::Stats) {
+        let target_e2e = self.view.target.stats.as_ref().map(|s| s.e2e_s);
+        let (config, speedup) = match pane {
+            Pane::Target => ("target".to_string(), 1.0),
+            Pane::Mentored => (
+                self.view.mentored_label.clone(),
+                target_e2e.map(|t| t / stats.e2e_s.max(1e-9)).unwrap_or(f64::NAN),
+            ),
+        };
+        let req = self.view.target_request.clone().unwrap_or_else(|| self.settings.target_request());
+        self.history.push(RunRecord {
+            when: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            config,
+            prompt: req.prompt.chars().take(80).collect(),
+            seed: req.seed,
+            temperature: req.sampling.temperature,
+            n_tokens: stats.n_tokens,
+            acceptance: stats.acceptance_rate,
+            rounds: stats.n_rounds,
+            e2e_s: stats.e2e_s,
+            tok_s: if stats.e2e_s > 0.0 { stats.n_tokens as f64 / stats.e2e_s } else { 0.0 },
+            speedup,
+            target_nll: stats.mean_target_nll,
+            mean_tv: stats.mean_tv,
+        });
+    }
+
+    /// Apply the commands queued during this frame.
+    pub fn apply_queued(&mut self) {
+        for cmd in std::mem::take(&mut self.queued) {
+            match cmd {
+                UiCommand::Run => self.start_compare(),
+                UiCommand::Stop => {
+                    if let Some(c) = &self.cancel {
+                        c.store(true, Ordering::Relaxed);
+                    }
+                }
+                UiCommand::Sweep => self.start_sweep(),
+                UiCommand::Load(choice) => {
+                    self.settings.models = choice.clone();
+                    self.view.models.loading = true;
+                    self.send(EngineCommand::Load(choice));
+                }
+                UiCommand::OpenTarget => {
+                    if let Some(p) = self.dialogs.open_model() {
+                        let choice = ModelChoice { target: Some(p), draft: None, ..self.settings.models.clone() };
+                        self.queued.push(UiCommand::Load(choice));
+                        self.apply_queued();
+                    }
+                }
+                UiCommand::OpenDraft => {
+                    if let Some(p) = self.dialogs.open_model() {
+                        let choice = ModelChoice { draft: Some(p), ..self.settings.models.clone() };
+                        self.queued.push(UiCommand::Load(choice));
+                        self.apply_queued();
+                    }
+                }
+                UiCommand::Discover => self.send(EngineCommand::Discover),
+                UiCommand::ExportCsv => self.export("mentor-lab-runs.csv", view::to_csv(&self.history)),
+                UiCommand::ExportJson => {
+                    let json = serde_json::to_string_pretty(&self.history).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+                    self.export("mentor-lab-runs.json", json)
+                }
+                UiCommand::ClearHistory => self.history.clear(),
+            }
+        }
+    }
+
+    fn export(&mut self, name: &str, contents: String) {
+        let Some(path) = self.dialogs.save_file(name) else { return };
+        match std::fs::write(&path, contents) {
+            Ok(()) => self.last_export = Some(path),
+            Err(e) => self.view.error = Some(format!("could not write {}: {e}. Pick another folder.", path.display())),
+        }
+    }
+
+    fn new_run(&mut self) -> (u64, Arc<AtomicBool>) {
+        if let Some(c) = &self.cancel {
+            c.store(true, Ordering::Relaxed); // a new run supersedes the old one
+        }
+        let id = self.next_run_id;
+        self.next_run_id += 1;
+        let cancel = Arc::new(AtomicBool::new(false));
+        self.cancel = Some(cancel.clone());
+        self.view.error = None;
+        (id, cancel)
+    }
+
+    fn start_compare(&mut self) {
+        if self.settings.prompt.trim().is_empty() {
+            self.view.error = Some(crate::EngineError::EmptyPrompt.to_string());
+            return;
+        }
+        let (run_id, cancel) = self.new_run();
+        let target_req = self.settings.target_request();
+        // Same prompt, seed and sampling as last time: the target-only text would be identical.
+        let reuse = self.view.target_request.as_ref() == Some(&target_req)
+            && self.view.target.stats.is_some()
+            && !self.view.target.cancelled;
+        self.view.current_run = Some(run_id);
+        self.view.mentored_label = self.settings.mentored_label();
+        self.view.mentored = view::PaneView { running: true, ..Default::default() };
+        if !reuse {
+            self.view.target = view::PaneView { running: true, ..Default::default() };
+            self.view.target_request = Some(target_req.clone());
+        }
+        let mentored = self.settings.mentored_request();
+        self.send(EngineCommand::Compare { run_id, target: (!reuse).then_some(target_req), mentored, cancel });
+    }
+
+    fn start_sweep(&mut self) {
+        let (budgets, draft_lens) = match self.settings.sweep_grid() {
+            Ok(g) => g,
+            Err(e) => {
+                self.view.error = Some(e);
+                return;
+            }
+        };
+        let (run_id, cancel) = self.new_run();
+        self.view.sweep = view::SweepView { run_id: Some(run_id), total: 1 + budgets.len() * draft_lens.len(), ..Default::default() };
+        let base = self.settings.mentored_request();
+        self.send(EngineCommand::Sweep { run_id, base, budgets, draft_lens, cancel });
+    }
+
+    /// One frame: events in, widgets drawn, queued commands applied.
+    pub fn frame_ui(&mut self, ui: &mut egui::Ui) {
+        self.poll_engine();
+        let ctx = ui.ctx().clone();
+        if ctx.input(|i| i.modifiers.command && i.key_pressed(egui::Key::Enter)) {
+            self.queue(UiCommand::Run);
+        }
+        if ctx.input(|i| i.key_pressed(egui::Key::Escape)) {
+            self.queue(UiCommand::Stop);
+        }
+        egui::Panel::top("models").show(ui, |ui| ui_models::models_bar_ui(self, ui));
+        egui::Panel::left("controls").default_size(330.0).show(ui, |ui| {
+            egui::ScrollArea::vertical().show(ui, |ui| ui_controls::controls_ui(self, ui));
+        });
+        egui::Panel::bottom("history").default_size(230.0).resizable(true).show(ui, |ui| ui_history::history_ui(self, ui));
+        egui::CentralPanel::default().show(ui, |ui| {
+            egui::ScrollArea::vertical().id_salt("central").show(ui, |ui| ui_panes::comparison_ui(self, ui));
+        });
+        self.apply_queued();
+    }
+}
+
+impl eframe::App for MentorApp {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        self.frame_ui(ui);
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        eframe::set_value(storage, SETTINGS_KEY, &self.settings);
+        eframe::set_value(storage, HISTORY_KEY, &self.history);
+    }
+}
+
+/// Open the window.
+pub fn run_app() -> anyhow::Result<()> {
+    let options = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default()
+            .with_title("Mentor Lab")
+            .with_inner_size([1400.0, 900.0])
+            .with_min_inner_size([900.0, 600.0]),
+        persist_window: true,
+        ..Default::default()
+    };
+    eframe::run_native("Mentor Lab", options, Box::new(|cc| Ok(Box::new(MentorApp::from_creation_context(cc)))))
+        .map_err(|e| anyhow::anyhow!("the window could not be opened: {e}"))
+}

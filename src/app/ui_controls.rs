@@ -1,0 +1,104 @@
+//! Left panel: prompt, sampling knobs, mentor settings, Run / Stop, sweep grid.
+
+use super::{MentorApp, UiCommand};
+use crate::mentor::MentorRule;
+use crate::presets::PRESETS;
+
+/// A slider with a visible label tied to it (so tests and screen readers find it by name).
+fn labelled<T: egui::emath::Numeric>(ui: &mut egui::Ui, label: &str, value: &mut T, range: std::ops::RangeInclusive<T>, step: f64) {
+    ui.horizontal(|ui| {
+        let l = ui.label(label);
+        ui.add(egui::Slider::new(value, range).step_by(step)).labelled_by(l.id);
+    });
+}
+
+pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
+    let busy = app.view.busy() || app.view.sweep.run_id.is_some();
+    let s = &mut app.settings;
+    ui.heading("Prompt");
+    ui.horizontal_wrapped(|ui| {
+        for p in PRESETS {
+            if ui.selectable_label(s.prompt == p.prompt, p.name).clicked() {
+                s.prompt = p.prompt.to_string();
+            }
+        }
+        ui.checkbox(&mut s.raw, "raw (no chat template)");
+    });
+    let l = ui.label("Prompt text");
+    ui.add(egui::TextEdit::multiline(&mut s.prompt).desired_rows(6).desired_width(f32::INFINITY)).labelled_by(l.id);
+
+    ui.separator();
+    ui.heading("Mentor");
+    ui.horizontal(|ui| {
+        let l = ui.label("TV budget");
+        let max = if s.rule == MentorRule::Kl { 2.0 } else { 1.0 };
+        ui.add(egui::Slider::new(&mut s.budget, 0.0..=max).step_by(0.01)).labelled_by(l.id);
+    });
+    ui.horizontal(|ui| {
+        ui.weak("0 = lossless");
+        ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| ui.weak("1 = draft only"));
+    });
+    ui.horizontal(|ui| {
+        ui.label("Rule");
+        ui.radio_value(&mut s.rule, MentorRule::Tv, "TV").on_hover_text("π = (1−θ)p + θq with θ = min(1, D/TV(p,q))");
+        ui.radio_value(&mut s.rule, MentorRule::Kl, "KL").on_hover_text("π maximises acceptance subject to KL(p‖π) ≤ D (nats)");
+    });
+    ui.add_enabled_ui(!s.adaptive, |ui| labelled(ui, "Draft length", &mut s.draft_len, 1..=16, 1.0));
+    ui.checkbox(&mut s.adaptive, "adaptive draft length")
+        .on_hover_text("Chooses k each round from measured acceptance and draft/verify costs; may fall back to target-only steps");
+    ui.checkbox(&mut s.bonus, "bonus token after a fully accepted round");
+
+    ui.separator();
+    ui.heading("Sampling");
+    labelled(ui, "Temperature", &mut s.temperature, 0.0..=2.0, 0.05);
+    labelled(ui, "Repetition penalty", &mut s.repeat_penalty, 1.0..=2.0, 0.05);
+    labelled(ui, "Top-p", &mut s.top_p, 0.05..=1.0, 0.05);
+    labelled(ui, "Max tokens", &mut s.max_tokens, 1..=1024, 1.0);
+    ui.horizontal(|ui| {
+        let l = ui.label("Seed");
+        ui.add(egui::DragValue::new(&mut s.seed)).labelled_by(l.id);
+        if ui.button("🎲 new seed").clicked() {
+            s.seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64 % 1_000_000)
+                .unwrap_or(0);
+        }
+    });
+    ui.checkbox(&mut s.ignore_eos, "ignore end of sequence");
+    ui.checkbox(&mut s.mark_divergence, "mark where the texts diverge");
+
+    ui.separator();
+    ui.horizontal(|ui| {
+        let run = ui.add_enabled(!busy, egui::Button::new("▶ Run")).on_hover_text("Ctrl/Cmd+Enter");
+        if run.clicked() {
+            app.queue(UiCommand::Run);
+        }
+        if ui.add_enabled(busy, egui::Button::new("■ Stop")).on_hover_text("Esc").clicked() {
+            app.queue(UiCommand::Stop);
+        }
+        if busy {
+            ui.spinner();
+        }
+    });
+
+    ui.separator();
+    ui.heading("Sweep");
+    let s = &mut app.settings;
+    ui.horizontal(|ui| {
+        let l = ui.label("Budgets");
+        ui.text_edit_singleline(&mut s.sweep_budgets).labelled_by(l.id);
+    });
+    ui.horizontal(|ui| {
+        let l = ui.label("Draft lengths");
+        ui.text_edit_singleline(&mut s.sweep_lens).labelled_by(l.id);
+    });
+    ui.horizontal(|ui| {
+        if ui.add_enabled(!busy, egui::Button::new("Sweep")).on_hover_text("Runs every budget × draft length on this prompt and seed").clicked() {
+            app.queue(UiCommand::Sweep);
+        }
+        let sw = &app.view.sweep;
+        if sw.total > 0 {
+            ui.add(egui::ProgressBar::new(sw.done as f32 / sw.total as f32).text(format!("{}/{}", sw.done, sw.total)));
+        }
+    });
+}

@@ -1,0 +1,203 @@
+//! The comparison: two panes of text with per-token provenance, the numbers of each run, and
+//! live plots.
+
+use super::view::PaneView;
+use super::MentorApp;
+use crate::generate::{TokenInfo, TokenSource};
+use egui::{Color32, RichText};
+use egui_plot::{Bar, BarChart, Legend, Line, Plot, PlotPoints};
+
+/// Background colour of a token by provenance, readable in both themes.
+pub fn source_color(source: TokenSource, dark: bool) -> Option<Color32> {
+    let (r, g, b) = match source {
+        TokenSource::DraftAccepted => (46, 160, 67),
+        TokenSource::Resampled => (219, 109, 40),
+        TokenSource::Bonus => (56, 132, 244),
+        TokenSource::Target | TokenSource::Draft => return None,
+    };
+    let alpha = if dark { 110 } else { 70 };
+    Some(Color32::from_rgba_unmultiplied(r, g, b, alpha))
+}
+
+pub fn source_name(source: TokenSource) -> &'static str {
+    match source {
+        TokenSource::DraftAccepted => "draft token, accepted",
+        TokenSource::Resampled => "resampled after a rejection",
+        TokenSource::Bonus => "bonus token from the target",
+        TokenSource::Target => "target token",
+        TokenSource::Draft => "draft token (draft-only)",
+    }
+}
+
+/// The hover text of a token: every number behind its acceptance.
+pub fn token_hover_text(t: &TokenInfo) -> String {
+    let f = |name: &str, v: Option<f64>| v.map(|v| format!("{name} = {v:.4}\n")).unwrap_or_default();
+    format!(
+        "{:?} (id {}) · {}\n{}{}{}{}{}{}{}",
+        t.text,
+        t.id,
+        source_name(t.source),
+        f("p(x)", t.p_target.map(f64::from)),
+        f("q(x)", t.q_draft.map(f64::from)),
+        f("π(x)", t.pi_mixed.map(f64::from)),
+        f("accept prob", t.accept_prob),
+        f("d = TV(p,q)", t.tv),
+        f("θ", t.theta),
+        t.round.map(|r| format!("round {r}")).unwrap_or_default(),
+    )
+}
+
+fn legend_ui(ui: &mut egui::Ui) {
+    let dark = ui.visuals().dark_mode;
+    ui.horizontal_wrapped(|ui| {
+        for s in [TokenSource::DraftAccepted, TokenSource::Resampled, TokenSource::Bonus] {
+            let color = source_color(s, dark).unwrap_or(Color32::TRANSPARENT);
+            ui.label(RichText::new(format!(" {} ", source_name(s))).background_color(color));
+        }
+        ui.label(" target token (no highlight)");
+    });
+}
+
+fn tokens_ui(ui: &mut egui::Ui, pane: &PaneView, divergence: Option<usize>) {
+    let dark = ui.visuals().dark_mode;
+    ui.horizontal_wrapped(|ui| {
+        ui.spacing_mut().item_spacing = egui::vec2(0.0, 2.0);
+        for (i, t) in pane.tokens.iter().enumerate() {
+            let mut pieces = t.text.split('\n').peekable();
+            while let Some(piece) = pieces.next() {
+                if !piece.is_empty() {
+                    let mut rt = RichText::new(piece);
+                    if let Some(c) = source_color(t.source, dark) {
+                        rt = rt.background_color(c);
+                    }
+                    if divergence == Some(i) {
+                        rt = rt.underline().strong().color(ui.visuals().error_fg_color);
+                    }
+                    ui.add(egui::Label::new(rt).sense(egui::Sense::hover())).on_hover_text(token_hover_text(t));
+                }
+                if pieces.peek().is_some() {
+                    ui.end_row();
+                }
+            }
+        }
+        if pane.running {
+            ui.spinner();
+        }
+    });
+}
+
+fn pane_ui(ui: &mut egui::Ui, title: &str, pane: &PaneView, divergence: Option<usize>) {
+    ui.strong(title);
+    egui::Frame::group(ui.style()).show(ui, |ui| {
+        ui.set_min_height(220.0);
+        ui.set_width(ui.available_width());
+        egui::ScrollArea::vertical().id_salt(title).max_height(320.0).stick_to_bottom(true).show(ui, |ui| {
+            if pane.tokens.is_empty() && !pane.running {
+                ui.weak("Press Run (Ctrl/Cmd+Enter) to generate.");
+            }
+            tokens_ui(ui, pane, divergence);
+        });
+    });
+}
+
+pub fn comparison_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
+    let divergence = if app.settings.mark_divergence { app.view.divergence() } else { None };
+    let mentored_title = if app.view.mentored_label.is_empty() {
+        format!("Mentored ({})", app.settings.mentored_label())
+    } else {
+        format!("Mentored ({})", app.view.mentored_label)
+    };
+    legend_ui(ui);
+    ui.columns(2, |cols| {
+        pane_ui(&mut cols[0], "Target only", &app.view.target, divergence);
+        pane_ui(&mut cols[1], &mentored_title, &app.view.mentored, divergence);
+    });
+    if let Some(i) = divergence {
+        ui.weak(format!("The texts diverge at output token {i} (underlined)."));
+    }
+    ui.add_space(6.0);
+    stats_ui(ui, &app.view.target, &app.view.mentored);
+    ui.add_space(6.0);
+    plots_ui(ui, &app.view.target, &app.view.mentored);
+}
+
+fn stats_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
+    let num = |v: Option<f64>, digits: usize, unit: &str| match v {
+        Some(x) if x.is_finite() => RichText::new(format!("{x:.digits$}{unit}")).monospace(),
+        _ => RichText::new("–").monospace(),
+    };
+    let t = target.stats.as_ref();
+    let m = mentored.stats.as_ref();
+    let tok_s = |s: Option<&crate::generate::Stats>| s.map(|s| if s.e2e_s > 0.0 { s.n_tokens as f64 / s.e2e_s } else { 0.0 });
+    let speedup = match (t, m) {
+        (Some(t), Some(m)) if m.e2e_s > 0.0 => Some(t.e2e_s / m.e2e_s),
+        _ => None,
+    };
+    egui::Grid::new("stats").striped(true).num_columns(3).show(ui, |ui| {
+        ui.strong("");
+        ui.strong("Target only");
+        ui.strong("Mentored");
+        ui.end_row();
+        ui.label("end-to-end");
+        ui.label(num(t.map(|s| s.e2e_s), 2, " s"));
+        ui.label(num(m.map(|s| s.e2e_s), 2, " s"));
+        ui.end_row();
+        ui.label("tokens / s");
+        ui.label(num(tok_s(t), 1, ""));
+        ui.label(num(tok_s(m), 1, ""));
+        ui.end_row();
+        ui.label("speedup vs target-only");
+        ui.label(num(Some(1.0).filter(|_| t.is_some()), 2, "×"));
+        ui.label(num(speedup, 2, "×"));
+        ui.end_row();
+        ui.label("acceptance rate");
+        ui.label(num(None, 0, ""));
+        ui.label(num(m.map(|s| 100.0 * s.acceptance_rate), 1, " %"));
+        ui.end_row();
+        ui.label("τ (tokens per round)");
+        ui.label(num(None, 0, ""));
+        ui.label(num(m.map(|s| s.mean_accepted_len), 2, ""));
+        ui.end_row();
+        ui.label("rounds");
+        ui.label(num(None, 0, ""));
+        ui.label(num(m.map(|s| s.n_rounds as f64), 0, ""));
+        ui.end_row();
+        ui.label("mean target NLL (quality)");
+        ui.label(num(t.map(|s| s.mean_target_nll), 3, ""));
+        ui.label(num(m.map(|s| s.mean_target_nll), 3, ""));
+        ui.end_row();
+        ui.label("mean realised TV(π, p)");
+        ui.label(num(None, 0, ""));
+        ui.label(num(m.map(|s| s.mean_tv), 3, ""));
+        ui.end_row();
+    });
+}
+
+fn plots_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
+    let progress = |p: &PaneView| -> Vec<[f64; 2]> {
+        std::iter::once([0.0, 0.0]).chain(p.token_times.iter().enumerate().map(|(i, &t)| [t, (i + 1) as f64])).collect()
+    };
+    let h = 170.0;
+    ui.columns(3, |cols| {
+        cols[0].label("Tokens generated vs seconds");
+        Plot::new("progress").height(h).legend(Legend::default()).x_axis_label("s").show(&mut cols[0], |p| {
+            p.line(Line::new("target only", PlotPoints::new(progress(target))));
+            p.line(Line::new("mentored", PlotPoints::new(progress(mentored))));
+        });
+        cols[1].label("Rolling tokens / s (last 16 tokens)");
+        Plot::new("rate").height(h).legend(Legend::default()).x_axis_label("s").show(&mut cols[1], |p| {
+            p.line(Line::new("target only", PlotPoints::new(target.rolling_tok_s(16))));
+            p.line(Line::new("mentored", PlotPoints::new(mentored.rolling_tok_s(16))));
+        });
+        cols[2].label("Accepted / drafted per round");
+        Plot::new("acceptance").height(h).x_axis_label("round").include_y(0.0).include_y(1.0).show(&mut cols[2], |p| {
+            let bars: Vec<Bar> = mentored
+                .rounds
+                .iter()
+                .filter(|(r, _)| r.n_proposed > 0)
+                .map(|(r, _)| Bar::new(r.index as f64, r.n_accepted as f64 / r.n_proposed as f64).width(0.8))
+                .collect();
+            p.bar_chart(BarChart::new("acceptance", bars));
+        });
+    });
+}

@@ -1,0 +1,418 @@
+//! The app's UI with no display: egui_kittest drives the real widgets; the engine side is a
+//! scripted stream of events on the same channels the engine thread uses.
+
+use crossbeam_channel::{Receiver, Sender};
+use egui_kittest::kittest::Queryable;
+use egui_kittest::Harness;
+use mentor_lab::app::engine_thread::{EngineCommand, EngineEvent, EngineHandle, Pane};
+use mentor_lab::app::settings::Settings;
+use mentor_lab::app::view::RunRecord;
+use mentor_lab::app::{Dialogs, MentorApp};
+use mentor_lab::generate::{DraftLen, RoundInfo, Stats, TokenInfo, TokenSource};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+/// Answers file dialogs the way a user would, from a script.
+struct ScriptedDialogs {
+    open: Vec<PathBuf>,
+    save: Option<PathBuf>,
+}
+
+impl Dialogs for ScriptedDialogs {
+    fn open_model(&mut self) -> Option<PathBuf> {
+        self.open.pop()
+    }
+    fn save_file(&mut self, _name: &str) -> Option<PathBuf> {
+        self.save.clone()
+    }
+}
+
+struct Rig {
+    cmd_rx: Receiver<EngineCommand>,
+    event_tx: Sender<EngineEvent>,
+}
+
+impl Rig {
+    /// Commands the UI sent since the last call, skipping model loading and discovery.
+    fn commands(&self) -> Vec<EngineCommand> {
+        self.cmd_rx.try_iter().filter(|c| !matches!(c, EngineCommand::Load(_) | EngineCommand::Discover)).collect()
+    }
+    fn send(&self, ev: EngineEvent) {
+        self.event_tx.send(ev).unwrap();
+    }
+}
+
+fn app_with(settings: Settings, dialogs: ScriptedDialogs) -> (MentorApp, Rig) {
+    let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+    let (event_tx, event_rx) = crossbeam_channel::unbounded();
+    let app = MentorApp::new(settings, Vec::new(), EngineHandle { cmd_tx, event_rx }, Box::new(dialogs));
+    (app, Rig { cmd_rx, event_tx })
+}
+
+fn harness(app: MentorApp) -> Harness<'static, MentorApp> {
+    Harness::builder().with_size(egui::vec2(1400.0, 1000.0)).build_ui_state(|ui, app: &mut MentorApp| app.frame_ui(ui), app)
+}
+
+fn no_dialogs() -> ScriptedDialogs {
+    ScriptedDialogs { open: Vec::new(), save: None }
+}
+
+fn token(id: u32, text: &str, source: TokenSource, round: usize) -> TokenInfo {
+    let spec = source != TokenSource::Target;
+    TokenInfo {
+        id,
+        text: text.into(),
+        pos: 0,
+        source,
+        p_target: Some(0.412),
+        q_draft: spec.then_some(0.53),
+        pi_mixed: spec.then_some(0.47),
+        accept_prob: spec.then_some(0.887),
+        tv: spec.then_some(0.31),
+        theta: spec.then_some(1.0),
+        round: spec.then_some(round),
+    }
+}
+
+fn stats(e2e: f64, nll: f64) -> Stats {
+    Stats { n_tokens: 5, e2e_s: e2e, mean_target_nll: nll, n_rounds: 2, n_drafted: 8, n_accepted: 6, acceptance_rate: 0.75, mean_accepted_len: 2.5, mean_tv: 0.2, ..Stats::default() }
+}
+
+/// A complete comparison for `run_id`: target text, then mentored text with every provenance.
+fn script_run(rig: &Rig, run_id: u64) {
+    rig.send(EngineEvent::Started { run_id, pane: Pane::Target });
+    for (i, w) in ["The", " moon", " glowed", " softly", "."].iter().enumerate() {
+        rig.send(EngineEvent::Token { run_id, pane: Pane::Target, token: token(i as u32, w, TokenSource::Target, 0), t_s: 0.1 * (i + 1) as f64 });
+    }
+    rig.send(EngineEvent::Finished { run_id, pane: Pane::Target, stats: stats(0.5, 1.9), cancelled: false });
+    rig.send(EngineEvent::Started { run_id, pane: Pane::Mentored });
+    let m = [
+        (0, "The", TokenSource::DraftAccepted, 0),
+        (1, " moon", TokenSource::DraftAccepted, 0),
+        (7, " shone", TokenSource::Resampled, 0),
+        (8, " bright", TokenSource::DraftAccepted, 1),
+        (4, ".", TokenSource::Bonus, 1),
+    ];
+    for (i, (id, w, s, r)) in m.iter().enumerate() {
+        rig.send(EngineEvent::Token { run_id, pane: Pane::Mentored, token: token(*id, w, *s, *r), t_s: 0.05 * (i + 1) as f64 });
+    }
+    for index in 0..2 {
+        let round = RoundInfo { index, n_proposed: 4, n_accepted: 3 - index, n_emitted: 3, draft_s: 0.01, verify_s: 0.02 };
+        rig.send(EngineEvent::Round { run_id, pane: Pane::Mentored, round, t_s: 0.1 * (index + 1) as f64 });
+    }
+    rig.send(EngineEvent::Finished { run_id, pane: Pane::Mentored, stats: stats(0.25, 2.4), cancelled: false });
+    rig.send(EngineEvent::Done { run_id });
+}
+
+fn compare_of(cmds: Vec<EngineCommand>) -> (u64, Option<mentor_lab::GenerateRequest>, mentor_lab::GenerateRequest, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    let compares: Vec<_> = cmds
+        .into_iter()
+        .filter_map(|c| match c {
+            EngineCommand::Compare { run_id, target, mentored, cancel } => Some((run_id, target, mentored, cancel)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(compares.len(), 1, "exactly one Compare command");
+    compares.into_iter().next().unwrap()
+}
+
+#[test]
+fn sliders_change_what_the_next_run_sends() {
+    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = harness(app);
+    h.run_steps(2);
+    let before = h.state().settings.clone();
+    for label in ["TV budget", "Draft length", "Temperature", "Repetition penalty", "Max tokens"] {
+        h.get_by_label(label).focus();
+        h.run_steps(1);
+        for _ in 0..3 {
+            h.key_press(egui::Key::ArrowRight);
+            h.run_steps(1);
+        }
+    }
+    // Top-p starts at its maximum: move it down.
+    h.get_by_label("Top-p").focus();
+    h.run_steps(1);
+    h.key_press(egui::Key::ArrowLeft);
+    h.run_steps(1);
+    let s = h.state().settings.clone();
+    assert!(s.budget > before.budget, "TV budget {} → {}", before.budget, s.budget);
+    assert!(s.draft_len > before.draft_len);
+    assert!(s.temperature > before.temperature);
+    assert!(s.repeat_penalty > before.repeat_penalty);
+    assert!(s.top_p < before.top_p);
+    assert!(s.max_tokens > before.max_tokens);
+    h.get_by_label("adaptive draft length").click();
+    h.get_by_label("KL").click();
+    h.get_by_label("bonus token after a fully accepted round").click();
+    h.get_by_label("ignore end of sequence").click();
+    h.run_steps(2);
+    rig.commands();
+    h.get_by_label("▶ Run").click();
+    h.run_steps(2);
+    let (_, target, mentored, _) = compare_of(rig.commands());
+    let target = target.expect("first run computes the target-only pane");
+    assert!((mentored.budget - s.budget).abs() < 1e-12);
+    assert_eq!(mentored.draft_len, DraftLen::Auto);
+    assert_eq!(mentored.rule, mentor_lab::MentorRule::Kl);
+    assert!(!mentored.bonus);
+    assert!(mentored.ignore_eos && target.ignore_eos);
+    assert_eq!(mentored.sampling, target.sampling, "both panes use the same sampling settings");
+    assert_eq!(mentored.seed, target.seed);
+    assert_eq!(mentored.sampling.temperature, s.temperature);
+    assert_eq!(mentored.sampling.repeat_penalty, s.repeat_penalty);
+    assert_eq!(mentored.sampling.top_p, s.top_p);
+    assert_eq!(mentored.max_tokens, s.max_tokens);
+}
+
+#[test]
+fn run_and_stop_send_the_right_commands() {
+    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = harness(app);
+    h.run_steps(2);
+    h.get_by_label("▶ Run").click();
+    h.run_steps(2);
+    let (run_id, target, mentored, cancel) = compare_of(rig.commands());
+    assert!(target.is_some());
+    assert_eq!(mentored.mode, mentor_lab::Mode::Speculative);
+    assert!(h.state().view.busy());
+    assert!(!cancel.load(Ordering::Relaxed));
+    h.get_by_label("■ Stop").click();
+    h.run_steps(2);
+    assert!(cancel.load(Ordering::Relaxed), "Stop cancels the run in flight");
+    rig.send(EngineEvent::Done { run_id });
+    h.run_steps(2);
+    assert!(!h.state().view.busy());
+    // Keyboard: Ctrl/Cmd+Enter runs, Esc stops.
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Enter);
+    h.run_steps(2);
+    let (_, _, _, cancel) = compare_of(rig.commands());
+    h.key_press(egui::Key::Escape);
+    h.run_steps(2);
+    assert!(cancel.load(Ordering::Relaxed));
+}
+
+#[test]
+fn scripted_stream_renders_tokens_with_provenance_and_hover() {
+    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = harness(app);
+    h.get_by_label("▶ Run").click();
+    h.run_steps(2);
+    let (run_id, ..) = compare_of(rig.commands());
+    script_run(&rig, run_id);
+    h.run_steps(3);
+    let view = &h.state().view;
+    assert_eq!(view.target.text(), "The moon glowed softly.");
+    assert_eq!(view.mentored.text(), "The moon shone bright.");
+    let sources: Vec<_> = view.mentored.tokens.iter().map(|t| t.source).collect();
+    assert_eq!(sources, [TokenSource::DraftAccepted, TokenSource::DraftAccepted, TokenSource::Resampled, TokenSource::DraftAccepted, TokenSource::Bonus]);
+    assert_eq!(view.divergence(), Some(2));
+    // The provenance colours are distinct and exist in both themes; target tokens are plain.
+    use mentor_lab::app::ui_panes::source_color;
+    for dark in [true, false] {
+        let c: Vec<_> = [TokenSource::DraftAccepted, TokenSource::Resampled, TokenSource::Bonus].iter().map(|&s| source_color(s, dark).unwrap()).collect();
+        assert!(c[0] != c[1] && c[1] != c[2] && c[0] != c[2]);
+        assert!(source_color(TokenSource::Target, dark).is_none());
+    }
+    // Each token is its own widget; hovering shows the numbers behind it.
+    h.get_by_label(" shone").hover();
+    h.run_steps(3);
+    h.get_by_label_contains("resampled after a rejection");
+    h.get_by_label_contains("accept prob = 0.8870");
+    h.get_by_label_contains("θ = 1.0000");
+    // The legend and the stats are shown.
+    h.get_by_label_contains("draft token, accepted");
+    h.get_by_label("2.00×");
+    // The finished runs are in the history: target-only and mentored.
+    let hist = &h.state().history;
+    assert_eq!(hist.len(), 2);
+    assert_eq!(hist[0].config, "target");
+    assert!((hist[1].speedup - 2.0).abs() < 1e-9);
+}
+
+#[test]
+fn engine_errors_show_and_the_app_stays_usable() {
+    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = harness(app);
+    h.get_by_label("▶ Run").click();
+    h.run_steps(2);
+    let (run_id, ..) = compare_of(rig.commands());
+    rig.send(EngineEvent::Error { run_id: Some(run_id), message: "the prompt is empty: type a prompt".into() });
+    rig.send(EngineEvent::Done { run_id });
+    h.run_steps(2);
+    h.get_by_label_contains("the prompt is empty");
+    assert!(!h.state().view.busy());
+    // A load error (no run) shows too, and Run still works afterwards.
+    rig.send(EngineEvent::Error { run_id: None, message: "model file not found: /x.gguf".into() });
+    h.run_steps(2);
+    h.get_by_label_contains("model file not found");
+    h.get_by_label("Dismiss").click();
+    h.run_steps(2);
+    assert!(h.state().view.error.is_none());
+    h.get_by_label("▶ Run").click();
+    h.run_steps(2);
+    compare_of(rig.commands());
+    // An empty prompt is caught before anything is sent.
+    rig.send(EngineEvent::Done { run_id: run_id + 1 });
+    h.run_steps(2);
+    h.state_mut().settings.prompt = "   ".into();
+    h.get_by_label("▶ Run").click();
+    h.run_steps(2);
+    assert!(rig.commands().is_empty());
+    h.get_by_label_contains("prompt is empty");
+}
+
+#[test]
+fn stale_run_events_are_ignored() {
+    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = harness(app);
+    h.get_by_label("▶ Run").click();
+    h.run_steps(2);
+    let (first, ..) = compare_of(rig.commands());
+    h.get_by_label("■ Stop").click();
+    h.run_steps(1);
+    rig.send(EngineEvent::Done { run_id: first });
+    h.run_steps(1);
+    h.get_by_label("▶ Run").click();
+    h.run_steps(2);
+    let (second, ..) = compare_of(rig.commands());
+    assert_ne!(first, second);
+    // Late tokens of the first run arrive after the second started.
+    rig.send(EngineEvent::Token { run_id: first, pane: Pane::Mentored, token: token(9, " stale", TokenSource::DraftAccepted, 0), t_s: 0.1 });
+    rig.send(EngineEvent::Finished { run_id: first, pane: Pane::Mentored, stats: stats(1.0, 1.0), cancelled: false });
+    rig.send(EngineEvent::Token { run_id: second, pane: Pane::Mentored, token: token(3, " fresh", TokenSource::DraftAccepted, 0), t_s: 0.1 });
+    h.run_steps(2);
+    let v = &h.state().view;
+    assert_eq!(v.mentored.text(), " fresh");
+    assert!(v.n_stale_dropped >= 2);
+    assert!(h.state().history.is_empty(), "a stale Finished adds no history row");
+}
+
+#[test]
+fn target_only_result_is_reused_when_only_mentored_settings_change() {
+    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = harness(app);
+    h.get_by_label("▶ Run").click();
+    h.run_steps(2);
+    let (run_id, target, ..) = compare_of(rig.commands());
+    assert!(target.is_some());
+    script_run(&rig, run_id);
+    h.run_steps(2);
+    h.state_mut().settings.budget = 0.9;
+    h.state_mut().settings.draft_len = 3;
+    h.get_by_label("▶ Run").click();
+    h.run_steps(2);
+    let (run2, target, mentored, _) = compare_of(rig.commands());
+    assert!(target.is_none(), "same prompt/seed/sampling: target-only pane is reused");
+    assert_eq!(mentored.budget, 0.9);
+    assert_eq!(h.state().view.target.text(), "The moon glowed softly.", "reused pane keeps its text");
+    rig.send(EngineEvent::Done { run_id: run2 });
+    h.run_steps(2);
+    h.state_mut().settings.seed += 1;
+    h.get_by_label("▶ Run").click();
+    h.run_steps(2);
+    let (_, target, ..) = compare_of(rig.commands());
+    assert!(target.is_some(), "a new seed needs a new target-only run");
+}
+
+#[test]
+fn history_exports_csv_and_json_and_open_loads_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("runs.csv");
+    let model = dir.path().join("picked.gguf");
+    let (app, rig) = app_with(Settings::default(), ScriptedDialogs { open: vec![model.clone()], save: Some(csv.clone()) });
+    let mut h = harness(app);
+    h.get_by_label("▶ Run").click();
+    h.run_steps(2);
+    let (run_id, ..) = compare_of(rig.commands());
+    script_run(&rig, run_id);
+    h.run_steps(2);
+    h.get_by_label("Export CSV…").click();
+    h.run_steps(2);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<_> = text.lines().collect();
+    assert_eq!(lines[0], RunRecord::CSV_HEADER);
+    assert_eq!(lines.len(), 3);
+    assert!(lines[2].contains("TV=0.50, k=8"));
+    h.state_mut().last_export = None;
+    h.get_by_label("Export JSON…").click();
+    h.run_steps(2);
+    let back: Vec<RunRecord> = serde_json::from_str(&std::fs::read_to_string(&csv).unwrap()).unwrap();
+    assert_eq!(back, h.state().history);
+    // Open target… loads the picked file as the target.
+    h.get_by_label("Open target…").click();
+    h.run_steps(2);
+    let loads: Vec<_> = rig.cmd_rx.try_iter().filter_map(|c| if let EngineCommand::Load(m) = c { Some(m) } else { None }).collect();
+    assert_eq!(loads.last().and_then(|m| m.target.clone()), Some(model));
+    assert_eq!(h.state().settings.models.target, loads.last().unwrap().target);
+}
+
+#[test]
+fn sweep_sends_the_grid_and_plots_the_frontier() {
+    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = harness(app);
+    h.state_mut().settings.sweep_budgets = "0, 0.5, 1".into();
+    h.state_mut().settings.sweep_lens = "4, auto".into();
+    h.get_by_label("Sweep").click();
+    h.run_steps(2);
+    let cmds = rig.commands();
+    let Some(EngineCommand::Sweep { run_id, budgets, draft_lens, .. }) = cmds.into_iter().next() else { panic!("no sweep sent") };
+    assert_eq!(budgets, vec![0.0, 0.5, 1.0]);
+    assert_eq!(draft_lens, vec![DraftLen::Fixed(4), DraftLen::Auto]);
+    rig.send(EngineEvent::SweepPoint { run_id, label: "target".into(), budget: 0.0, draft_len: DraftLen::Fixed(1), stats: stats(2.0, 1.5) });
+    rig.send(EngineEvent::SweepPoint { run_id, label: "fixed=4,tv=1".into(), budget: 1.0, draft_len: DraftLen::Fixed(4), stats: stats(1.0, 2.5) });
+    rig.send(EngineEvent::SweepProgress { run_id, done: 2, total: 7 });
+    h.run_steps(2);
+    let f = h.state().view.sweep.frontier();
+    assert_eq!(f.len(), 2);
+    assert_eq!(f[1], (2.5, 2.0, "fixed=4,tv=1".to_string()));
+    h.get_by_label("2/7");
+    // A bad grid is an error message, not a command.
+    rig.send(EngineEvent::Done { run_id });
+    h.run_steps(2);
+    h.state_mut().settings.sweep_budgets = "0, lots".into();
+    h.get_by_label("Sweep").click();
+    h.run_steps(2);
+    assert!(rig.commands().is_empty());
+    h.get_by_label_contains("sweep budget `lots`");
+}
+
+fn snapshot(dark: bool, name: &str) {
+    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = Harness::builder()
+        .with_size(egui::vec2(1400.0, 1000.0))
+        .with_theme(if dark { egui::Theme::Dark } else { egui::Theme::Light })
+        .wgpu()
+        .build_ui_state(|ui, app: &mut MentorApp| app.frame_ui(ui), app);
+    let info = |name: &str, n_params: u64, quant: &str| mentor_lab::gguf::ModelInfo {
+        path: PathBuf::from(format!("/models/{name}.gguf")),
+        name: name.into(),
+        arch: "llama".into(),
+        n_params,
+        quantization: quant.into(),
+        n_vocab: 49152,
+        n_ctx: 8192,
+        file_size: n_params / 2,
+    };
+    rig.send(EngineEvent::Loaded {
+        target: info("SmolLM2-135M-Instruct", 134_515_008, "Q4_1"),
+        target_weights: "Q8_0 (from Q4_1)".into(),
+        draft: Some((info("draft", 14_000_000, "Q8_0"), "Q8_0".into())),
+    });
+    h.get_by_label("▶ Run").click();
+    h.run_steps(2);
+    let (run_id, ..) = compare_of(rig.commands());
+    script_run(&rig, run_id);
+    h.run_steps(4);
+    h.snapshot(name);
+}
+
+#[test]
+fn snapshot_main_window_dark() {
+    snapshot(true, "main_window_dark");
+}
+
+#[test]
+fn snapshot_main_window_light() {
+    snapshot(false, "main_window_light");
+}
