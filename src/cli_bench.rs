@@ -214,3 +214,64 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     Ok(())
 }
+
+#[derive(Args)]
+pub struct CostArgs {
+    #[command(flatten)]
+    models: ModelArgs,
+    /// Timed repetitions per measurement (the median is reported).
+    #[arg(long, default_value_t = 15)]
+    repeats: usize,
+}
+
+/// `mentor-lab cost`: decode and prefill speed of the target, and the cost of one forward over
+/// k new tokens relative to one single-token step — the ratio that decides whether verification
+/// is cheap enough for speculation to pay.
+pub fn cost(args: CostArgs) -> Result<()> {
+    let mut engine = crate::load_engine(&args.models, false)?;
+    let m = &mut engine.target;
+    let threads = candle_core::utils::get_num_threads();
+    let ctx: Vec<u32> = m.tokenizer.encode(&preset("creative").map(|p| p.prompt).unwrap_or("Hello").repeat(2))?;
+    let ctx = &ctx[..ctx.len().min(128)];
+    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        let mut ts = Vec::new();
+        for _ in 0..args.repeats {
+            let t = std::time::Instant::now();
+            f()?;
+            ts.push(t.elapsed().as_secs_f64());
+        }
+        Ok(median(ts))
+    };
+    // Prefill: the whole context in one forward.
+    let prefill = time(&mut || {
+        m.model.clear()?;
+        m.model.forward(ctx)?;
+        Ok(())
+    })?;
+    println!(
+        "target {} ({}), {} threads: prefill {} tokens {:.1} ms → {:.0} tok/s",
+        m.info.name,
+        m.model.weight_desc,
+        threads,
+        ctx.len(),
+        1e3 * prefill,
+        ctx.len() as f64 / prefill
+    );
+    println!("| k new tokens | forward ms | relative to k = 1 |");
+    println!("|---|---|---|");
+    let mut base = f64::NAN;
+    for k in [1usize, 2, 4, 8, 9, 16] {
+        let new: Vec<u32> = ctx[..k].to_vec();
+        let t = time(&mut || {
+            m.model.truncate(ctx.len());
+            m.model.forward(&new)?;
+            Ok(())
+        })?;
+        if k == 1 {
+            base = t;
+        }
+        println!("| {k} | {:.2} | {:.2}x |", 1e3 * t, t / base);
+    }
+    println!("decode (k = 1): {:.1} tok/s", 1.0 / base);
+    Ok(())
+}

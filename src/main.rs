@@ -29,6 +29,8 @@ enum Command {
     Bench(cli_bench::BenchArgs),
     /// How close the draft is to the target: 1 − TV, greedy agreement, relative cost.
     EvalDraft(EvalArgs),
+    /// Decode / prefill speed and the cost of a forward over k tokens relative to one step.
+    Cost(cli_bench::CostArgs),
 }
 
 #[derive(Args)]
@@ -116,6 +118,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::Models) => list_models(),
         Some(Command::Bench(args)) => cli_bench::run(args),
         Some(Command::EvalDraft(args)) => eval_draft(args),
+        Some(Command::Cost(args)) => cli_bench::cost(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 
 use crossbeam_channel::{Receiver, Sender};
 use egui_kittest::kittest::Queryable;
+use egui::accesskit::Role;
 use egui_kittest::Harness;
 use mentor_lab::app::engine_thread::{EngineCommand, EngineEvent, EngineHandle, Pane};
 use mentor_lab::app::settings::Settings;
@@ -123,7 +124,7 @@ fn sliders_change_what_the_next_run_sends() {
     h.run_steps(2);
     let before = h.state().settings.clone();
     for label in ["TV budget", "Draft length", "Temperature", "Repetition penalty", "Max tokens"] {
-        h.get_by_label(label).focus();
+        h.get_by_role_and_label(Role::Slider, label).focus();
         h.run_steps(1);
         for _ in 0..3 {
             h.key_press(egui::Key::ArrowRight);
@@ -131,7 +132,7 @@ fn sliders_change_what_the_next_run_sends() {
         }
     }
     // Top-p starts at its maximum: move it down.
-    h.get_by_label("Top-p").focus();
+    h.get_by_role_and_label(Role::Slider, "Top-p").focus();
     h.run_steps(1);
     h.key_press(egui::Key::ArrowLeft);
     h.run_steps(1);
@@ -148,7 +149,7 @@ fn sliders_change_what_the_next_run_sends() {
     h.get_by_label("ignore end of sequence").click();
     h.run_steps(2);
     rig.commands();
-    h.get_by_label("▶ Run").click();
+    h.get_by_label("Run").click();
     h.run_steps(2);
     let (_, target, mentored, _) = compare_of(rig.commands());
     let target = target.expect("first run computes the target-only pane");
@@ -170,14 +171,14 @@ fn run_and_stop_send_the_right_commands() {
     let (app, rig) = app_with(Settings::default(), no_dialogs());
     let mut h = harness(app);
     h.run_steps(2);
-    h.get_by_label("▶ Run").click();
+    h.get_by_label("Run").click();
     h.run_steps(2);
     let (run_id, target, mentored, cancel) = compare_of(rig.commands());
     assert!(target.is_some());
     assert_eq!(mentored.mode, mentor_lab::Mode::Speculative);
     assert!(h.state().view.busy());
     assert!(!cancel.load(Ordering::Relaxed));
-    h.get_by_label("■ Stop").click();
+    h.get_by_label("Stop").click();
     h.run_steps(2);
     assert!(cancel.load(Ordering::Relaxed), "Stop cancels the run in flight");
     rig.send(EngineEvent::Done { run_id });
@@ -196,7 +197,7 @@ fn run_and_stop_send_the_right_commands() {
 fn scripted_stream_renders_tokens_with_provenance_and_hover() {
     let (app, rig) = app_with(Settings::default(), no_dialogs());
     let mut h = harness(app);
-    h.get_by_label("▶ Run").click();
+    h.get_by_label("Run").click();
     h.run_steps(2);
     let (run_id, ..) = compare_of(rig.commands());
     script_run(&rig, run_id);
@@ -216,13 +217,14 @@ fn scripted_stream_renders_tokens_with_provenance_and_hover() {
     }
     // Each token is its own widget; hovering shows the numbers behind it.
     h.get_by_label(" shone").hover();
-    h.run_steps(3);
-    h.get_by_label_contains("resampled after a rejection");
+    h.run_steps(45); // past the tooltip delay
+    h.get_by_label_contains("(id 7) · resampled after a rejection");
+    h.get_by_label_contains("q(x) = 0.5300");
     h.get_by_label_contains("accept prob = 0.8870");
     h.get_by_label_contains("θ = 1.0000");
     // The legend and the stats are shown.
     h.get_by_label_contains("draft token, accepted");
-    h.get_by_label("2.00×");
+    assert_eq!(h.query_all_by_label("2.00×").count(), 2, "speedup in the stats and in the runs table");
     // The finished runs are in the history: target-only and mentored.
     let hist = &h.state().history;
     assert_eq!(hist.len(), 2);
@@ -234,7 +236,7 @@ fn scripted_stream_renders_tokens_with_provenance_and_hover() {
 fn engine_errors_show_and_the_app_stays_usable() {
     let (app, rig) = app_with(Settings::default(), no_dialogs());
     let mut h = harness(app);
-    h.get_by_label("▶ Run").click();
+    h.get_by_label("Run").click();
     h.run_steps(2);
     let (run_id, ..) = compare_of(rig.commands());
     rig.send(EngineEvent::Error { run_id: Some(run_id), message: "the prompt is empty: type a prompt".into() });
@@ -249,16 +251,19 @@ fn engine_errors_show_and_the_app_stays_usable() {
     h.get_by_label("Dismiss").click();
     h.run_steps(2);
     assert!(h.state().view.error.is_none());
-    h.get_by_label("▶ Run").click();
+    h.get_by_label("Run").click();
     h.run_steps(2);
     compare_of(rig.commands());
     // An empty prompt is caught before anything is sent.
     rig.send(EngineEvent::Done { run_id: run_id + 1 });
     h.run_steps(2);
     h.state_mut().settings.prompt = "   ".into();
-    h.get_by_label("▶ Run").click();
+    assert!(!h.state().view.busy(), "current run {:?}", h.state().view.current_run);
+    h.run_steps(30);
+    h.get_by_label("Run").click();
     h.run_steps(2);
     assert!(rig.commands().is_empty());
+    assert!(h.state().view.error.as_deref().is_some_and(|e| e.contains("prompt is empty")), "{:?}", h.state().view.error);
     h.get_by_label_contains("prompt is empty");
 }
 
@@ -266,14 +271,14 @@ fn engine_errors_show_and_the_app_stays_usable() {
 fn stale_run_events_are_ignored() {
     let (app, rig) = app_with(Settings::default(), no_dialogs());
     let mut h = harness(app);
-    h.get_by_label("▶ Run").click();
+    h.get_by_label("Run").click();
     h.run_steps(2);
     let (first, ..) = compare_of(rig.commands());
-    h.get_by_label("■ Stop").click();
+    h.get_by_label("Stop").click();
     h.run_steps(1);
     rig.send(EngineEvent::Done { run_id: first });
     h.run_steps(1);
-    h.get_by_label("▶ Run").click();
+    h.get_by_label("Run").click();
     h.run_steps(2);
     let (second, ..) = compare_of(rig.commands());
     assert_ne!(first, second);
@@ -292,7 +297,7 @@ fn stale_run_events_are_ignored() {
 fn target_only_result_is_reused_when_only_mentored_settings_change() {
     let (app, rig) = app_with(Settings::default(), no_dialogs());
     let mut h = harness(app);
-    h.get_by_label("▶ Run").click();
+    h.get_by_label("Run").click();
     h.run_steps(2);
     let (run_id, target, ..) = compare_of(rig.commands());
     assert!(target.is_some());
@@ -300,7 +305,7 @@ fn target_only_result_is_reused_when_only_mentored_settings_change() {
     h.run_steps(2);
     h.state_mut().settings.budget = 0.9;
     h.state_mut().settings.draft_len = 3;
-    h.get_by_label("▶ Run").click();
+    h.get_by_label("Run").click();
     h.run_steps(2);
     let (run2, target, mentored, _) = compare_of(rig.commands());
     assert!(target.is_none(), "same prompt/seed/sampling: target-only pane is reused");
@@ -309,7 +314,7 @@ fn target_only_result_is_reused_when_only_mentored_settings_change() {
     rig.send(EngineEvent::Done { run_id: run2 });
     h.run_steps(2);
     h.state_mut().settings.seed += 1;
-    h.get_by_label("▶ Run").click();
+    h.get_by_label("Run").click();
     h.run_steps(2);
     let (_, target, ..) = compare_of(rig.commands());
     assert!(target.is_some(), "a new seed needs a new target-only run");
@@ -322,7 +327,7 @@ fn history_exports_csv_and_json_and_open_loads_a_model() {
     let model = dir.path().join("picked.gguf");
     let (app, rig) = app_with(Settings::default(), ScriptedDialogs { open: vec![model.clone()], save: Some(csv.clone()) });
     let mut h = harness(app);
-    h.get_by_label("▶ Run").click();
+    h.get_by_label("Run").click();
     h.run_steps(2);
     let (run_id, ..) = compare_of(rig.commands());
     script_run(&rig, run_id);
@@ -353,7 +358,7 @@ fn sweep_sends_the_grid_and_plots_the_frontier() {
     let mut h = harness(app);
     h.state_mut().settings.sweep_budgets = "0, 0.5, 1".into();
     h.state_mut().settings.sweep_lens = "4, auto".into();
-    h.get_by_label("Sweep").click();
+    h.get_by_role_and_label(Role::Button, "Sweep").click();
     h.run_steps(2);
     let cmds = rig.commands();
     let Some(EngineCommand::Sweep { run_id, budgets, draft_lens, .. }) = cmds.into_iter().next() else { panic!("no sweep sent") };
@@ -371,7 +376,7 @@ fn sweep_sends_the_grid_and_plots_the_frontier() {
     rig.send(EngineEvent::Done { run_id });
     h.run_steps(2);
     h.state_mut().settings.sweep_budgets = "0, lots".into();
-    h.get_by_label("Sweep").click();
+    h.get_by_role_and_label(Role::Button, "Sweep").click();
     h.run_steps(2);
     assert!(rig.commands().is_empty());
     h.get_by_label_contains("sweep budget `lots`");
@@ -399,7 +404,7 @@ fn snapshot(dark: bool, name: &str) {
         target_weights: "Q8_0 (from Q4_1)".into(),
         draft: Some((info("draft", 14_000_000, "Q8_0"), "Q8_0".into())),
     });
-    h.get_by_label("▶ Run").click();
+    h.get_by_label("Run").click();
     h.run_steps(2);
     let (run_id, ..) = compare_of(rig.commands());
     script_run(&rig, run_id);

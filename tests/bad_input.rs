@@ -138,7 +138,7 @@ fn cli_reports_errors_and_exits_nonzero() {
             vec!["generate".into(), "--prompt".into(), "the rain ".repeat(40), "--target".into(), tiny.display().to_string()],
             "context",
         ),
-        (vec!["generate".into(), "--prompt".into(), "hi".into(), "--temperature".into(), "-2".into()], "temperature"),
+        (vec!["generate".into(), "--prompt".into(), "hi".into(), "--temperature=-2".into()], "temperature"),
         (vec!["generate".into(), "--prompt".into(), "hi".into(), "--draft-len".into(), "40".into()], "draft length"),
     ];
     for (args, needle) in cases {

@@ -65,6 +65,7 @@ pub struct MentorApp {
     queued: Vec<UiCommand>,
     /// Where the last export went (shown as a confirmation).
     pub last_export: Option<PathBuf>,
+    pub show_about: bool,
 }
 
 impl MentorApp {
@@ -81,6 +82,7 @@ impl MentorApp {
             cancel: None,
             queued: Vec::new(),
             last_export: None,
+            show_about: false,
         };
         app.send(EngineCommand::Load(app.settings.models.clone()));
         app.view.models.loading = true;
@@ -257,6 +259,17 @@ impl MentorApp {
         }
         if ctx.input(|i| i.key_pressed(egui::Key::Escape)) {
             self.queue(UiCommand::Stop);
+        }
+        if ctx.input(|i| i.modifiers.command && i.key_pressed(egui::Key::O)) {
+            self.queue(UiCommand::OpenTarget);
+        }
+        if self.show_about {
+            egui::Window::new("About Mentor Lab").collapsible(false).resizable(false).open(&mut self.show_about).show(&ctx, |ui| {
+                ui.label(format!("Mentor Lab {}", env!("CARGO_PKG_VERSION")));
+                ui.label("Speculative and mentored decoding, measured live with real models (candle).");
+                ui.label("Default target: SmolLM2-135M-Instruct (Apache-2.0, Hugging Face).");
+                ui.label("Default draft: distilled from it by this project (Apache-2.0).");
+            });
         }
         egui::Panel::top("models").show(ui, |ui| ui_models::models_bar_ui(self, ui));
         egui::Panel::left("controls").default_size(330.0).show(ui, |ui| {

@@ -26,21 +26,27 @@ pub fn models_bar_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
             Some((info, w)) => ui.monospace(describe(info, w)),
             None => ui.weak("none loaded"),
         };
-        if ui.button("Open target…").clicked() {
+        if ui.button("Open target…").on_hover_text("Cmd/Ctrl+O").clicked() {
             app.queue(UiCommand::OpenTarget);
         }
-        ui.separator();
-        ui.label("Draft:");
+        if ui.button("Default pair").on_hover_text("SmolLM2-135M-Instruct + the draft shipped with Mentor Lab").clicked() {
+            app.queue(UiCommand::Load(ModelChoice { weights: app.settings.models.weights, ..ModelChoice::default() }));
+        }
+        ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+            if ui.button("About").clicked() {
+                app.show_about = !app.show_about;
+            }
+        });
+    });
+    ui.horizontal(|ui| {
+        ui.add_space(118.0);
+        ui.label("Draft: ");
         match &app.view.models.draft {
             Some((info, w)) => ui.monospace(describe(info, w)),
             None => ui.weak("none loaded"),
         };
         if ui.button("Open draft…").clicked() {
             app.queue(UiCommand::OpenDraft);
-        }
-        ui.separator();
-        if ui.button("Default pair").on_hover_text("SmolLM2-135M-Instruct + the draft shipped with Mentor Lab").clicked() {
-            app.queue(UiCommand::Load(ModelChoice { weights: app.settings.models.weights, ..ModelChoice::default() }));
         }
     });
     ui.horizontal(|ui| {
@@ -74,11 +80,10 @@ pub fn models_bar_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
                     }
                 }
             });
-        if ui.small_button("⟳ rescan").clicked() {
+        if ui.small_button("Rescan").clicked() {
             app.queue(UiCommand::Discover);
         }
         if app.view.models.loading {
-            ui.spinner();
             match &app.view.models.progress {
                 Some((msg, Some(f))) => {
                     ui.add(egui::ProgressBar::new(*f).desired_width(200.0).text(msg.clone()));
@@ -94,7 +99,7 @@ pub fn models_bar_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     });
     if let Some(err) = app.view.error.clone() {
         ui.horizontal(|ui| {
-            ui.colored_label(ui.visuals().error_fg_color, format!("⚠ {err}"));
+            ui.colored_label(ui.visuals().error_fg_color, format!("Error: {err}"));
             if ui.small_button("Dismiss").clicked() {
                 app.view.error = None;
             }

@@ -81,7 +81,7 @@ fn tokens_ui(ui: &mut egui::Ui, pane: &PaneView, divergence: Option<usize>) {
             }
         }
         if pane.running {
-            ui.spinner();
+            ui.weak(" …");
         }
     });
 }
