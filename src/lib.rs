@@ -14,6 +14,7 @@ pub mod eval;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+pub mod kernels;
 pub mod mentor;
 pub mod model;
 pub mod models;

@@ -7,6 +7,7 @@
 
 use crate::error::{EngineError, Result};
 use crate::gguf::{dtype_name, Arch, ModelConfig, ModelFile};
+use crate::kernels::Q8Matrix;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use std::fs::File;
@@ -40,21 +41,44 @@ impl std::str::FromStr for WeightFormat {
     }
 }
 
-/// One linear layer `y = x W^T (+ b)`; `w` is `(out, in)`.
+/// The weights of a linear layer, `(out, in)`.
+#[derive(Debug, Clone)]
+enum Weights {
+    /// candle's own matmul (any format, any device).
+    Candle(QMatMul),
+    /// Q8_0 on the CPU through our batched kernel (one pass over the weights for all rows).
+    Batched(std::sync::Arc<Q8Matrix>),
+}
+
+/// One linear layer `y = x W^T (+ b)`.
 #[derive(Debug, Clone)]
 struct Linear {
-    w: QMatMul,
+    w: Weights,
     b: Option<Tensor>,
 }
 
 impl Linear {
+    /// `x: (n, in)` → `(n, out)`.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = self.w.forward(x)?;
+        let y = match &self.w {
+            Weights::Candle(w) => w.forward(x)?,
+            Weights::Batched(m) => {
+                let n = x.dims()[0];
+                let v = x.flatten_all()?.to_vec1::<f32>()?;
+                Tensor::from_vec(m.matmul(&v, n), (n, m.n_out), x.device())?
+            }
+        };
         Ok(match &self.b {
             Some(b) => y.broadcast_add(b)?,
             None => y,
         })
     }
+}
+
+/// Whether Q8_0 matrices on the CPU go through our batched kernel (`MENTOR_LAB_KERNEL=candle`
+/// turns it off, to compare with candle's own path).
+fn use_batched_kernel() -> bool {
+    std::env::var("MENTOR_LAB_KERNEL").map(|v| v != "candle").unwrap_or(true)
 }
 
 #[derive(Debug, Clone)]
@@ -149,12 +173,26 @@ impl Transformer {
             WeightFormat::F16 => Some(GgmlDType::F16),
             WeightFormat::F32 => Some(GgmlDType::F32),
         };
-        let weight_desc = match target_dtype {
+        let mut weight_desc = match target_dtype {
             Some(d) if d != file_dtype => format!("{} (from {})", dtype_name(d), dtype_name(file_dtype)),
             _ => dtype_name(file_dtype).to_string(),
         };
+        if device.is_cpu() && use_batched_kernel() && target_dtype.unwrap_or(file_dtype) == GgmlDType::Q8_0 {
+            weight_desc.push_str(", batched kernel");
+        }
+        let batched = device.is_cpu() && use_batched_kernel();
         let to_linear = |qt: QTensor, bias: Option<Tensor>| -> Result<Linear> {
             let w = convert_matrix(qt, target_dtype, device)?;
+            let w = match w {
+                QMatMul::QTensor(ref q) if batched && q.dtype() == GgmlDType::Q8_0 && q.shape().rank() == 2 => {
+                    let (n_out, n_in) = (q.shape().dims()[0], q.shape().dims()[1]);
+                    match Q8Matrix::from_ggml_bytes(&q.data()?, n_out, n_in) {
+                        Some(m) => Weights::Batched(std::sync::Arc::new(m)),
+                        None => Weights::Candle(w),
+                    }
+                }
+                w => Weights::Candle(w),
+            };
             Ok(Linear { w, b: bias })
         };
         let vector = |qt: QTensor| -> Result<Tensor> { Ok(qt.dequantize(device)?) };

@@ -202,3 +202,35 @@ fn adaptive_greedy_is_lossless_and_uses_the_draft() {
     assert!(g.stats.n_drafted > 0, "adaptive should try drafting");
     assert_eq!(argmax(&[0.0, 1.0]), 1);
 }
+
+/// `eval-draft` on the real pair: per-category rows and sane ranges. (The quality figures
+/// themselves are reported in assets/models/README.md, not asserted.)
+#[test]
+fn eval_draft_reports_per_category_and_overall() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("p.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"category\": \"qa\", \"prompt\": \"What is the boiling point of water?\"}\n{\"category\": \"code\", \"prompt\": \"Write a Python function that reverses a string.\"}\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mentor-lab"))
+        .args(["eval-draft", "--json", "--tokens", "16", "--prompts"])
+        .arg(&prompts)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: mentor_lab::eval::EvalReport = serde_json::from_slice(&out.stdout).unwrap();
+    let cats: Vec<_> = r.rows.iter().map(|r| r.category.as_str()).collect();
+    assert_eq!(cats, ["qa", "code"]);
+    assert_eq!(r.overall.n_prompts, 2);
+    assert!(r.overall.n_positions > 10);
+    assert!((0.2..1.0).contains(&r.overall.mean_one_minus_tv), "{}", r.overall.mean_one_minus_tv);
+    assert!((0.0..=1.0).contains(&r.overall.greedy_agreement));
+    assert!(r.draft_cost_ratio > 0.0 && r.draft_cost_ratio < 1.0, "the draft is cheaper than the target");
+    // A malformed prompt file is a clear error.
+    std::fs::write(&prompts, "not json\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mentor-lab")).args(["eval-draft", "--prompts"]).arg(&prompts).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 1"));
+}
