@@ -266,10 +266,13 @@ impl Transformer {
         self.cos.dims()[0]
     }
 
-    /// Forget everything: the next forward starts at position 0.
+    /// Forget everything: the next forward starts at position 0. The buffers are kept (their
+    /// old contents are simply overwritten).
     pub fn clear(&mut self) -> Result<()> {
-        self.allocate_cache(INITIAL_CACHE.min(self.max_context()))?;
         self.n_cached = 0;
+        if self.cache.is_empty() {
+            self.allocate_cache(INITIAL_CACHE.min(self.max_context()))?;
+        }
         Ok(())
     }
 

@@ -118,6 +118,11 @@ fn kv_cache_grows_past_initial_capacity() {
     m.model.truncate(ids.len() - 1);
     let last = m.model.forward_rows(&ids[ids.len() - 1..]).unwrap();
     assert_eq!(argmax(&all[ids.len() - 1]), argmax(&last[0]));
+    // A second run after clear() reuses the grown buffers and gives the same logits.
+    m.model.clear().unwrap();
+    assert_eq!(m.model.n_cached(), 0);
+    let again = m.model.forward_rows(&ids).unwrap();
+    assert_eq!(again, all);
 }
 
 #[test]
