@@ -133,43 +133,28 @@ fn stats_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
         (Some(t), Some(m)) if m.e2e_s > 0.0 => Some(t.e2e_s / m.e2e_s),
         _ => None,
     };
+    // (row label, target-only value, mentored value, decimals, unit)
+    let rows: [(&str, Option<f64>, Option<f64>, usize, &str); 8] = [
+        ("end-to-end", t.map(|s| s.e2e_s), m.map(|s| s.e2e_s), 2, " s"),
+        ("tokens / s", tok_s(t), tok_s(m), 1, ""),
+        ("speedup vs target-only", t.map(|_| 1.0), speedup, 2, "×"),
+        ("acceptance rate", None, m.map(|s| 100.0 * s.acceptance_rate), 1, " %"),
+        ("τ (tokens per round)", None, m.map(|s| s.mean_accepted_len), 2, ""),
+        ("rounds", None, m.map(|s| s.n_rounds as f64), 0, ""),
+        ("mean target NLL (quality)", t.map(|s| s.mean_target_nll), m.map(|s| s.mean_target_nll), 3, ""),
+        ("mean realised TV(π, p)", None, m.map(|s| s.mean_tv), 3, ""),
+    ];
     egui::Grid::new("stats").striped(true).num_columns(3).show(ui, |ui| {
         ui.strong("");
         ui.strong("Target only");
         ui.strong("Mentored");
         ui.end_row();
-        ui.label("end-to-end");
-        ui.label(num(t.map(|s| s.e2e_s), 2, " s"));
-        ui.label(num(m.map(|s| s.e2e_s), 2, " s"));
-        ui.end_row();
-        ui.label("tokens / s");
-        ui.label(num(tok_s(t), 1, ""));
-        ui.label(num(tok_s(m), 1, ""));
-        ui.end_row();
-        ui.label("speedup vs target-only");
-        ui.label(num(Some(1.0).filter(|_| t.is_some()), 2, "×"));
-        ui.label(num(speedup, 2, "×"));
-        ui.end_row();
-        ui.label("acceptance rate");
-        ui.label(num(None, 0, ""));
-        ui.label(num(m.map(|s| 100.0 * s.acceptance_rate), 1, " %"));
-        ui.end_row();
-        ui.label("τ (tokens per round)");
-        ui.label(num(None, 0, ""));
-        ui.label(num(m.map(|s| s.mean_accepted_len), 2, ""));
-        ui.end_row();
-        ui.label("rounds");
-        ui.label(num(None, 0, ""));
-        ui.label(num(m.map(|s| s.n_rounds as f64), 0, ""));
-        ui.end_row();
-        ui.label("mean target NLL (quality)");
-        ui.label(num(t.map(|s| s.mean_target_nll), 3, ""));
-        ui.label(num(m.map(|s| s.mean_target_nll), 3, ""));
-        ui.end_row();
-        ui.label("mean realised TV(π, p)");
-        ui.label(num(None, 0, ""));
-        ui.label(num(m.map(|s| s.mean_tv), 3, ""));
-        ui.end_row();
+        for (label, target_value, mentored_value, digits, unit) in rows {
+            ui.label(label);
+            ui.label(num(target_value, digits, unit));
+            ui.label(num(mentored_value, digits, unit));
+            ui.end_row();
+        }
     });
 }
 
