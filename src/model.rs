@@ -7,7 +7,7 @@
 
 use crate::error::{EngineError, Result};
 use crate::gguf::{dtype_name, Arch, ModelConfig, ModelFile};
-use crate::kernels::Q8Matrix;
+use crate::kernels::{Q4Matrix, Q8Matrix};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use std::fs::File;
@@ -47,7 +47,9 @@ enum Weights {
     /// candle's own matmul (any format, any device).
     Candle(QMatMul),
     /// Q8_0 on the CPU through our batched kernel (one pass over the weights for all rows).
-    Batched(std::sync::Arc<Q8Matrix>),
+    BatchedQ8(std::sync::Arc<Q8Matrix>),
+    /// Q4_1 / Q4_0 on the CPU through our batched kernel.
+    BatchedQ4(std::sync::Arc<Q4Matrix>),
 }
 
 /// One linear layer `y = x W^T (+ b)`.
@@ -62,7 +64,12 @@ impl Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = match &self.w {
             Weights::Candle(w) => w.forward(x)?,
-            Weights::Batched(m) => {
+            Weights::BatchedQ8(m) => {
+                let n = x.dims()[0];
+                let v = x.flatten_all()?.to_vec1::<f32>()?;
+                Tensor::from_vec(m.matmul(&v, n), (n, m.n_out), x.device())?
+            }
+            Weights::BatchedQ4(m) => {
                 let n = x.dims()[0];
                 let v = x.flatten_all()?.to_vec1::<f32>()?;
                 Tensor::from_vec(m.matmul(&v, n), (n, m.n_out), x.device())?
@@ -137,6 +144,11 @@ fn is_fast_on_cpu(d: GgmlDType) -> bool {
     )
 }
 
+/// Formats our batched CPU kernels handle (used as they are in the file by `auto`).
+fn has_batched_kernel(d: GgmlDType) -> bool {
+    matches!(d, GgmlDType::Q8_0 | GgmlDType::Q4_1 | GgmlDType::Q4_0)
+}
+
 /// The device the engine runs on: Metal when built with the `metal` feature and available.
 pub fn default_device() -> Device {
     #[cfg(feature = "metal")]
@@ -166,6 +178,7 @@ impl Transformer {
             })
         };
         let file_dtype = file.main_dtype().unwrap_or(GgmlDType::F32);
+        let batched = device.is_cpu() && use_batched_kernel();
         let target_dtype = match format {
             WeightFormat::Auto if device.is_cpu() && !is_fast_on_cpu(file_dtype) => Some(GgmlDType::Q8_0),
             WeightFormat::Auto | WeightFormat::File => None,
@@ -177,19 +190,21 @@ impl Transformer {
             Some(d) if d != file_dtype => format!("{} (from {})", dtype_name(d), dtype_name(file_dtype)),
             _ => dtype_name(file_dtype).to_string(),
         };
-        if device.is_cpu() && use_batched_kernel() && target_dtype.unwrap_or(file_dtype) == GgmlDType::Q8_0 {
+        if batched && has_batched_kernel(target_dtype.unwrap_or(file_dtype)) {
             weight_desc.push_str(", batched kernel");
         }
-        let batched = device.is_cpu() && use_batched_kernel();
         let to_linear = |qt: QTensor, bias: Option<Tensor>| -> Result<Linear> {
             let w = convert_matrix(qt, target_dtype, device)?;
             let w = match w {
-                QMatMul::QTensor(ref q) if batched && q.dtype() == GgmlDType::Q8_0 && q.shape().rank() == 2 => {
+                QMatMul::QTensor(ref q) if batched && q.shape().rank() == 2 => {
                     let (n_out, n_in) = (q.shape().dims()[0], q.shape().dims()[1]);
-                    match Q8Matrix::from_ggml_bytes(&q.data()?, n_out, n_in) {
-                        Some(m) => Weights::Batched(std::sync::Arc::new(m)),
-                        None => Weights::Candle(w),
-                    }
+                    let packed = match q.dtype() {
+                        GgmlDType::Q8_0 => Q8Matrix::from_ggml_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ8(m.into())),
+                        GgmlDType::Q4_1 => Q4Matrix::from_ggml_bytes(&q.data()?, n_out, n_in, true).map(|m| Weights::BatchedQ4(m.into())),
+                        GgmlDType::Q4_0 => Q4Matrix::from_ggml_bytes(&q.data()?, n_out, n_in, false).map(|m| Weights::BatchedQ4(m.into())),
+                        _ => None,
+                    };
+                    packed.unwrap_or(Weights::Candle(w))
                 }
                 w => Weights::Candle(w),
             };

@@ -41,6 +41,12 @@ fn qwen2_q8_0_chunk_same_argmax() {
 }
 
 #[test]
+fn q4_1_file_weights_run_through_the_batched_kernel() {
+    let spec = synthetic::Spec { dtype: GgmlDType::Q4_1, ..Default::default() };
+    chunk_equals_steps(spec, WeightFormat::File, 5e-2);
+}
+
+#[test]
 fn llama_synthetic_chunk_equals_steps() {
     let spec = synthetic::Spec { arch: "llama", biases: false, ..Default::default() };
     chunk_equals_steps(spec, WeightFormat::File, 1e-4);
