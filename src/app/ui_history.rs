@@ -38,7 +38,7 @@ fn runs_table_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
             for r in &app.history {
                 ui.label(&r.config).on_hover_text(&r.prompt);
                 ui.label(mono(if r.config == "target" { "–".into() } else { format!("{:.1}%", 100.0 * r.acceptance) }));
-                ui.label(mono(r.rounds.to_string()));
+                ui.label(mono(if r.config == "target" { "–".into() } else { r.rounds.to_string() }));
                 ui.label(mono(format!("{:.2}", r.e2e_s)));
                 ui.label(mono(format!("{:.1}", r.tok_s)));
                 ui.label(mono(if r.speedup.is_finite() { format!("{:.2}×", r.speedup) } else { "–".into() }));
