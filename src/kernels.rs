@@ -66,7 +66,58 @@ fn quantize_rows(x: &[f32], n_rows: usize, n_in: usize) -> Q8Rows {
 trait RowKernel: Sync {
     fn n_out(&self) -> usize;
     fn n_in(&self) -> usize;
-    fn rows_for(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]);
+    /// The portable path for outputs `outs`.
+    fn portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]);
+    /// Output `o` for activation rows `r0 .. r0 + n` (1 ≤ n ≤ 4) into `out[..n]`.
+    /// Safety: the CPU has AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn group_avx2_n(&self, o: usize, r0: usize, n: usize, xq: &Q8Rows, out: &mut [f32]);
+
+    fn rows_for(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                let n_rows = xq.n_rows;
+                for (i, o) in outs.enumerate() {
+                    let out = &mut local[i * n_rows..(i + 1) * n_rows];
+                    // Rows in groups of 4: the group's accumulators stay in registers while the
+                    // output row's weights stay in L1 across groups.
+                    let mut r0 = 0;
+                    while r0 < n_rows {
+                        let n = (n_rows - r0).min(4);
+                        // SAFETY: the features were just detected.
+                        unsafe { self.group_avx2_n(o, r0, n, xq, &mut out[r0..]) };
+                        r0 += n;
+                    }
+                }
+                return;
+            }
+        }
+        self.portable(outs, xq, local);
+    }
+}
+
+/// Horizontal sum of the 8 lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum256(a: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let s4 = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    _mm_cvtss_f32(s1)
+}
+
+/// Dispatch a runtime group size to the const-generic `group_avx2::<N>` of a kernel type.
+macro_rules! dispatch_group {
+    ($self:ident, $o:ident, $r0:ident, $n:ident, $xq:ident, $out:ident) => {
+        match $n {
+            1 => $self.group_avx2::<1>($o, $r0, $xq, $out),
+            2 => $self.group_avx2::<2>($o, $r0, $xq, $out),
+            3 => $self.group_avx2::<3>($o, $r0, $xq, $out),
+            _ => $self.group_avx2::<4>($o, $r0, $xq, $out),
+        }
+    };
 }
 
 /// `x` is row-major `(n_rows, n_in)`; returns row-major `(n_rows, n_out)`.
@@ -142,27 +193,6 @@ impl Q8Matrix {
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        let n_rows = xq.n_rows;
-        for (i, o) in outs.enumerate() {
-            let out = &mut local[i * n_rows..(i + 1) * n_rows];
-            // Rows in groups of 4: the group's accumulators stay in registers while the output
-            // row's weights (n_in bytes) stay in L1 across groups.
-            let mut r0 = 0;
-            while r0 < n_rows {
-                match n_rows - r0 {
-                    1 => self.group_avx2::<1>(o, r0, xq, &mut out[r0..]),
-                    2 => self.group_avx2::<2>(o, r0, xq, &mut out[r0..]),
-                    3 => self.group_avx2::<3>(o, r0, xq, &mut out[r0..]),
-                    _ => self.group_avx2::<4>(o, r0, xq, &mut out[r0..]),
-                }
-                r0 += (n_rows - r0).min(4);
-            }
-        }
-    }
-
     /// Output `o` for activation rows `r0 .. r0 + N`.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
@@ -194,11 +224,7 @@ impl Q8Matrix {
             }
         }
         for j in 0..N {
-            let a = acc[j];
-            let s4 = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
-            let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-            let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-            out[j] = _mm_cvtss_f32(s1);
+            out[j] = hsum256(acc[j]);
         }
     }
 }
@@ -210,16 +236,12 @@ impl RowKernel for Q8Matrix {
     fn n_in(&self) -> usize {
         self.n_in
     }
-    fn rows_for(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                // SAFETY: the features were just detected.
-                unsafe { self.rows_avx2(outs, xq, local) };
-                return;
-            }
-        }
+    fn portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         self.rows_portable(outs, xq, local);
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn group_avx2_n(&self, o: usize, r0: usize, n: usize, xq: &Q8Rows, out: &mut [f32]) {
+        dispatch_group!(self, o, r0, n, xq, out)
     }
 }
 
@@ -290,25 +312,6 @@ impl Q4Matrix {
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        let n_rows = xq.n_rows;
-        for (i, o) in outs.enumerate() {
-            let out = &mut local[i * n_rows..(i + 1) * n_rows];
-            let mut r0 = 0;
-            while r0 < n_rows {
-                match n_rows - r0 {
-                    1 => self.group_avx2::<1>(o, r0, xq, &mut out[r0..]),
-                    2 => self.group_avx2::<2>(o, r0, xq, &mut out[r0..]),
-                    3 => self.group_avx2::<3>(o, r0, xq, &mut out[r0..]),
-                    _ => self.group_avx2::<4>(o, r0, xq, &mut out[r0..]),
-                }
-                r0 += (n_rows - r0).min(4);
-            }
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
     #[inline]
     unsafe fn group_avx2<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
         use std::arch::x86_64::*;
@@ -343,11 +346,7 @@ impl Q4Matrix {
         for j in 0..N {
             let t = &xq.scaled_sums[(r0 + j) * nb..(r0 + j + 1) * nb];
             let offset: f32 = m.iter().zip(t).map(|(a, b)| a * b).sum();
-            let a = acc[j];
-            let s4 = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
-            let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-            let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-            out[j] = _mm_cvtss_f32(s1) + offset;
+            out[j] = hsum256(acc[j]) + offset;
         }
     }
 }
@@ -359,16 +358,12 @@ impl RowKernel for Q4Matrix {
     fn n_in(&self) -> usize {
         self.n_in
     }
-    fn rows_for(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                // SAFETY: the features were just detected.
-                unsafe { self.rows_avx2(outs, xq, local) };
-                return;
-            }
-        }
+    fn portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         self.rows_portable(outs, xq, local);
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn group_avx2_n(&self, o: usize, r0: usize, n: usize, xq: &Q8Rows, out: &mut [f32]) {
+        dispatch_group!(self, o, r0, n, xq, out)
     }
 }
 
