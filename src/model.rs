@@ -324,6 +324,16 @@ impl Transformer {
     /// Run `tokens` at positions `n_cached .. n_cached + tokens.len()` and return their logits,
     /// one row per token: `(n_new, n_vocab)`.
     pub fn forward(&mut self, tokens: &[u32]) -> Result<Tensor> {
+        if self.device.is_cpu() && rayon::current_thread_index().is_none() {
+            // Run the whole step on a pool thread: the kernels' parallel sections then share the
+            // caller's thread instead of waking two workers while the caller sleeps (with as many
+            // workers as cores, the caller otherwise competes with the spinning workers).
+            return rayon::scope(|_| self.forward_impl(tokens));
+        }
+        self.forward_impl(tokens)
+    }
+
+    fn forward_impl(&mut self, tokens: &[u32]) -> Result<Tensor> {
         let n_new = tokens.len();
         let pos = self.n_cached;
         if n_new == 0 {
