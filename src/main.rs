@@ -111,6 +111,7 @@ struct GenerateArgs {
 }
 
 fn main() -> std::process::ExitCode {
+    mentor_lab::init_threads();
     let cli = Cli::parse();
     let result = match cli.command {
         None => mentor_lab::app::run_app(),

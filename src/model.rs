@@ -84,7 +84,7 @@ impl Linear {
 
 /// Whether Q8_0 matrices on the CPU go through our batched kernel (`MENTOR_LAB_KERNEL=candle`
 /// turns it off, to compare with candle's own path).
-fn use_batched_kernel() -> bool {
+pub(crate) fn use_batched_kernel() -> bool {
     std::env::var("MENTOR_LAB_KERNEL").map(|v| v != "candle").unwrap_or(true)
 }
 

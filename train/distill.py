@@ -221,6 +221,13 @@ def main():
     ap.add_argument("--data_from", default=None, help="uint16 .npy token stream from an earlier run, prepended to new data")
     ap.add_argument("--gen_seed", type=int, default=0, help="if nonzero: reseed training-data sampling (new data)")
     ap.add_argument("--est_steps", type=int, default=3000, help="cosine horizon; re-estimated from measured speed")
+    ap.add_argument("--self_prompts", type=float, default=0.5,
+                    help="fraction of generation batches whose user turn the teacher writes itself after an opener")
+    ap.add_argument("--prompt_weight", type=float, default=0.0,
+                    help="loss weight of positions that predict prompt tokens (response positions weigh 1)")
+    ap.add_argument("--tv_weight", type=float, default=1.0,
+                    help="weight of TV(p,q) at --tv_temp added to KL(p||q) at T=1 (TV = 1 - acceptance rate)")
+    ap.add_argument("--tv_temp", type=float, default=0.7)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(args.seed)
@@ -287,27 +294,48 @@ def main():
         rng = np.random.default_rng(args.seed + 1000 * args.gen_seed)
         gen.manual_seed(args.seed + 1000 * args.gen_seed)
     temps = [0.7, 0.85, 1.0]
-    docs, ntok, nb = [], 0, 0
+    docs, ntok, nb, n_self = [], 0, 0, 0
+    self_examples = []
     while nb == 0 or time.time() - T0 < args.gen_until:
-        idx = rng.choice(len(train_prompts), size=min(args.gen_batch, len(train_prompts)), replace=False)
-        ps = [train_prompts[i][1] for i in idx]
         temp = temps[nb % len(temps)]
-        tb = time.time()
+        tb, kind, ps = time.time(), "listed", []
+        if rng.random() < args.self_prompts:
+            # the teacher writes the user turn itself (after a random opener), at T=1 for variety
+            heads = [inp["self_head"] + inp["self_openers"][i]
+                     for i in rng.integers(0, len(inp["self_openers"]), size=args.gen_batch)]
+            turns = generate(teacher, heads, 48, 1.0, gen, deadline=T0 + args.gen_until)
+            ps = [h + t[:-1] + inp["self_tail"] for h, t in zip(heads, turns) if len(t) >= 4 and t[-1] == EOS]
+            n_self += len(ps)
+            if len(self_examples) < 24:
+                self_examples += ps[:8]
+            kind = "self"
+        if kind != "self" or not ps:  # (a random smoke-test teacher rarely ends its user turn)
+            idx = rng.choice(len(train_prompts), size=min(args.gen_batch, len(train_prompts)), replace=False)
+            ps = [train_prompts[i][1] for i in idx]
+            kind = "listed"
         rs = generate(teacher, ps, args.max_new, temp, gen, deadline=T0 + args.gen_until)
         for p, r in zip(ps, rs):
-            d = p + r + ([inp["newline_id"][0]] if r and r[-1] == EOS else [])
-            docs.append(d); ntok += len(d)
+            resp = r + ([inp["newline_id"][0]] if r and r[-1] == EOS else [])
+            docs.append((p, resp)); ntok += len(p) + len(resp)
         nb += 1
-        log(f"gen batch {nb} T={temp} ({time.time() - tb:.1f}s): {len(docs)} docs, {ntok} tokens, "
-            f"mean resp {np.mean([len(r) for r in rs]):.0f}, eos rate {np.mean([r[-1] == EOS for r in rs]):.2f}")
+        log(f"gen batch {nb} ({kind} prompts, {len(ps)}) T={temp} ({time.time() - tb:.1f}s): {len(docs)} docs, "
+            f"{ntok} tokens, mean resp {np.mean([len(r) for r in rs]):.0f}, "
+            f"eos rate {np.mean([r[-1] == EOS for r in rs]):.2f}")
+    results["self_prompt_examples"] = self_examples
     order = rng.permutation(len(docs))
-    stream = np.concatenate([np.asarray(docs[i], dtype=np.int64) for i in order])
+    stream = np.concatenate([np.asarray(docs[i][0] + docs[i][1], dtype=np.int64) for i in order])
+    # resp[j] = 1 where token j is part of a response; position j predicts token j+1
+    resp = np.concatenate([np.r_[np.zeros(len(docs[i][0])), np.ones(len(docs[i][1]))] for i in order])
     if args.data_from:
         old = np.load(args.data_from).astype(np.int64)
-        log(f"prepending {len(old)} tokens from {args.data_from}")
+        log(f"prepending {len(old)} tokens from {args.data_from} (all positions weigh 1)")
         stream = np.concatenate([old, stream])
+        resp = np.concatenate([np.ones(len(old)), resp])
+    weight = np.roll(resp, -1) * (1 - args.prompt_weight) + args.prompt_weight
     nchunk = len(stream) // args.seq
     data = torch.from_numpy(stream[:nchunk * args.seq].reshape(nchunk, args.seq)).to(dev)
+    wdata = torch.from_numpy(weight[:nchunk * args.seq].reshape(nchunk, args.seq).astype(np.float32)).to(dev)
+    log(f"self-written prompts: {n_self}; positions with loss weight 1: {weight.mean():.3f}")
     results["data"] = {"docs": len(docs), "tokens": int(len(stream)), "chunks": nchunk, "gen_batches": nb}
     log(f"data: {len(docs)} docs, {len(stream)} tokens, {nchunk} chunks of {args.seq}")
     if len(stream) * 2 < 16_000_000:
@@ -370,12 +398,21 @@ def main():
         if pi + args.batch > nchunk:
             perm = torch.randperm(nchunk, device=dev); pi = 0
         x = data[perm[pi:pi + args.batch]]
+        wx = wdata[perm[pi:pi + args.batch]]
         pi += args.batch
+        sel = wx > 0
+        wsel = wx[sel]
         with torch.autocast("cuda", dtype=torch.bfloat16):
             with torch.no_grad():
-                lt = F.log_softmax(teacher(x).float(), -1)
-            ls = F.log_softmax(student(x).float(), -1)
-        loss = F.kl_div(ls.view(-1, ls.shape[-1]), lt.view(-1, lt.shape[-1]), log_target=True, reduction="batchmean")
+                zt = teacher(x)[sel].float()
+            zs = student(x)[sel].float()
+        lt, ls = F.log_softmax(zt, -1), F.log_softmax(zs, -1)
+        kl = (lt.exp() * (lt - ls)).sum(-1)
+        loss = (kl * wsel).sum() / wsel.sum()
+        if args.tv_weight > 0:
+            tv = 0.5 * (torch.softmax(zt / args.tv_temp, -1) - torch.softmax(zs / args.tv_temp, -1)).abs().sum(-1)
+            loss = loss + args.tv_weight * (tv * wsel).sum() / wsel.sum()
+        del zt, zs
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
