@@ -146,25 +146,50 @@ fn batched_matmul(k: &impl RowKernel, x: &[f32], n_rows: usize) -> Vec<f32> {
     let (n_out, n_in) = (k.n_out(), k.n_in());
     assert_eq!(x.len(), n_rows * n_in, "activation shape");
     let xq = quantize_rows(x, n_rows, n_in);
-    let chunks: Vec<(usize, Vec<f32>)> = (0..n_out.div_ceil(OUT_CHUNK))
-        .into_par_iter()
-        .map(|c| {
-            let o0 = c * OUT_CHUNK;
-            let o1 = (o0 + OUT_CHUNK).min(n_out);
-            let mut local = vec![0f32; (o1 - o0) * n_rows];
-            k.rows_for(o0..o1, &xq, &mut local);
-            (o0, local)
-        })
-        .collect();
     let mut y = vec![0f32; n_rows * n_out];
-    for (o0, local) in chunks {
-        for (i, per_row) in local.chunks_exact(n_rows).enumerate() {
-            for (r, &v) in per_row.iter().enumerate() {
-                y[r * n_out + o0 + i] = v;
+    // Big matrices (the vocabulary head) in fewer, larger tasks: a task costs a few µs to hand out.
+    let chunk = OUT_CHUNK.max(n_out / (rayon::current_num_threads() * 8)).next_multiple_of(OUT_CHUNK);
+    let y_ptr = SharedOut(y.as_mut_ptr());
+    (0..n_out.div_ceil(chunk)).into_par_iter().for_each(|c| {
+        let mut local = [0f32; OUT_CHUNK * MAX_LOCAL_ROWS];
+        let mut heap = Vec::new();
+        let o_end = ((c + 1) * chunk).min(n_out);
+        let mut o0 = c * chunk;
+        while o0 < o_end {
+            let o1 = (o0 + OUT_CHUNK).min(o_end);
+            let buf: &mut [f32] = if n_rows <= MAX_LOCAL_ROWS {
+                &mut local[..(o1 - o0) * n_rows]
+            } else {
+                heap.resize((o1 - o0) * n_rows, 0f32);
+                &mut heap
+            };
+            k.rows_for(o0..o1, &xq, buf);
+            for (i, per_row) in buf.chunks_exact(n_rows).enumerate() {
+                for (r, &v) in per_row.iter().enumerate() {
+                    // SAFETY: `r * n_out + o0 + i` < n_rows * n_out, and tasks own disjoint
+                    // output columns `o`, so no two tasks write the same element.
+                    unsafe { *y_ptr.get().add(r * n_out + o0 + i) = v };
+                }
             }
+            o0 = o1;
         }
-    }
+    });
     y
+}
+
+/// Rows held in a task's stack buffer (more use a heap buffer).
+const MAX_LOCAL_ROWS: usize = 16;
+
+/// The output buffer shared by the tasks, each writing its own columns.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+// SAFETY: tasks write disjoint elements (see `batched_matmul`), and the buffer outlives them.
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+impl SharedOut {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
 }
 
 impl Q8Matrix {
@@ -230,13 +255,16 @@ impl Q8Matrix {
             xp[j] = xq.quants.as_ptr().add((r0 + j) * self.n_in);
             xs[j] = xq.scales.as_ptr().add((r0 + j) * nb);
         }
-        let mut acc = [_mm256_setzero_ps(); N];
+        // Even and odd blocks go to separate accumulators: with one, a single row's loop waits on
+        // the previous block's FMA (4-cycle latency) instead of issuing at the units' pace.
+        let mut acc = [[_mm256_setzero_ps(); N]; 2];
         for b in 0..nb {
             let w = _mm256_loadu_si256(wq.add(b * BLOCK) as *const __m256i);
             // |w| is unsigned and x takes w's sign: maddubs(|w|, sign(x, w)) sums w·x in pairs,
             // and |w|, |x| ≤ 127 keeps each pair sum inside i16.
             let w_abs = _mm256_sign_epi8(w, w);
             let w_scale = *ws.add(b);
+            let acc = &mut acc[b & 1];
             for j in 0..N {
                 let x = _mm256_loadu_si256(xp[j].add(b * BLOCK) as *const __m256i);
                 let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), ones);
@@ -245,7 +273,7 @@ impl Q8Matrix {
             }
         }
         for j in 0..N {
-            out[j] = hsum256(acc[j]);
+            out[j] = hsum256(_mm256_add_ps(acc[0][j], acc[1][j]));
         }
     }
 }

@@ -44,8 +44,13 @@ pub fn set_threads(n: usize) {
 /// Call first thing in `main`. When our kernels run the matrix products on x86, candle's own
 /// spin-then-park pool only gets element-wise maps over a few hundred values, and its spinning
 /// worker competes with rayon's for the cores: one candle thread (the caller) is faster
-/// (decode 71 → 78 tok/s at 2 threads here). `CANDLE_NUM_THREADS` set by the user wins.
+/// (decode 71 → 78 tok/s at 2 threads here). Variables set by the user win.
 pub fn init_threads() {
+    // candle asks for the thread count at every matrix product; unset, that reads the CPU list
+    // from /proc each time (~2% of a decode step here). Resolve it once.
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        std::env::set_var("RAYON_NUM_THREADS", candle_core::utils::get_num_threads().to_string());
+    }
     if cfg!(target_arch = "x86_64") && model::use_batched_kernel() && std::env::var_os("CANDLE_NUM_THREADS").is_none() {
         std::env::set_var("CANDLE_NUM_THREADS", "1");
     }
