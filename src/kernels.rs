@@ -16,6 +16,8 @@ use rayon::prelude::*;
 pub const BLOCK: usize = 32;
 /// Bytes of one GGML Q8_0 block: f16 scale + 32 × i8.
 const GGML_Q8_0_BYTES: usize = 34;
+/// Activation rows one kernel call handles together (accumulators in registers).
+const MAX_GROUP: usize = 5;
 /// Output rows handled per task.
 const OUT_CHUNK: usize = 32;
 
@@ -89,7 +91,7 @@ trait RowKernel: Sync {
     fn n_in(&self) -> usize;
     /// The portable path for outputs `outs`.
     fn portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]);
-    /// Output `o` for activation rows `r0 .. r0 + n` (1 ≤ n ≤ 4) into `out[..n]`.
+    /// Output `o` for activation rows `r0 .. r0 + n` (1 ≤ n ≤ MAX_GROUP) into `out[..n]`.
     /// Safety: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     unsafe fn group_avx2_n(&self, o: usize, r0: usize, n: usize, xq: &Q8Rows, out: &mut [f32]);
@@ -101,11 +103,14 @@ trait RowKernel: Sync {
                 let n_rows = xq.n_rows;
                 for (i, o) in outs.enumerate() {
                     let out = &mut local[i * n_rows..(i + 1) * n_rows];
-                    // Rows in groups of 4: the group's accumulators stay in registers while the
-                    // output row's weights stay in L1 across groups.
+                    // Rows in near-equal groups of at most MAX_GROUP (9 rows → 5 + 4; 8 → 4 + 4; larger
+                    // groups spill registers): the
+                    // group's accumulators stay in registers, each weight block is loaded once
+                    // per group, and the output row's weights stay in L1 across groups.
+                    let n_groups = n_rows.div_ceil(MAX_GROUP);
                     let mut r0 = 0;
-                    while r0 < n_rows {
-                        let n = (n_rows - r0).min(4);
+                    for g in 0..n_groups {
+                        let n = (n_rows - r0).div_ceil(n_groups - g);
                         // SAFETY: the features were just detected.
                         unsafe { self.group_avx2_n(o, r0, n, xq, &mut out[r0..]) };
                         r0 += n;
@@ -136,7 +141,8 @@ macro_rules! dispatch_group {
             1 => $self.group_avx2::<1>($o, $r0, $xq, $out),
             2 => $self.group_avx2::<2>($o, $r0, $xq, $out),
             3 => $self.group_avx2::<3>($o, $r0, $xq, $out),
-            _ => $self.group_avx2::<4>($o, $r0, $xq, $out),
+            4 => $self.group_avx2::<4>($o, $r0, $xq, $out),
+            _ => $self.group_avx2::<5>($o, $r0, $xq, $out),
         }
     };
 }
@@ -255,8 +261,10 @@ impl Q8Matrix {
             xp[j] = xq.quants.as_ptr().add((r0 + j) * self.n_in);
             xs[j] = xq.scales.as_ptr().add((r0 + j) * nb);
         }
-        // Even and odd blocks go to separate accumulators: with one, a single row's loop waits on
-        // the previous block's FMA (4-cycle latency) instead of issuing at the units' pace.
+        // A single row alternates two accumulators over even and odd blocks: with one, its loop
+        // waits on the previous block's FMA (4-cycle latency) instead of issuing at the units'
+        // pace. Several rows are independent chains already (and more registers would spill).
+        let sets = if N == 1 { 2 } else { 1 };
         let mut acc = [[_mm256_setzero_ps(); N]; 2];
         for b in 0..nb {
             let w = _mm256_loadu_si256(wq.add(b * BLOCK) as *const __m256i);
@@ -264,7 +272,7 @@ impl Q8Matrix {
             // and |w|, |x| ≤ 127 keeps each pair sum inside i16.
             let w_abs = _mm256_sign_epi8(w, w);
             let w_scale = *ws.add(b);
-            let acc = &mut acc[b & 1];
+            let acc = &mut acc[(b & 1) * (sets - 1)];
             for j in 0..N {
                 let x = _mm256_loadu_si256(xp[j].add(b * BLOCK) as *const __m256i);
                 let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), ones);
