@@ -117,13 +117,39 @@ pub fn probabilities(logits: &[f32], context: &[u32], params: &SamplingParams, n
     p
 }
 
-/// Softmax of `logits / temperature`, accumulated in f64.
+/// Softmax of `logits / temperature`: exponentials in f32 (relative error < 3e-7), sum in f64.
 pub fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
-    let inv_t = 1.0 / temperature as f64;
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let e: Vec<f64> = logits.iter().map(|&x| ((x as f64 - max) * inv_t).exp()).collect();
-    let total: f64 = e.iter().sum();
-    e.into_iter().map(|x| (x / total) as f32).collect()
+    let inv_t = 1.0 / temperature;
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut e: Vec<f32> = logits.iter().map(|&x| exp_nonpositive((x - max) * inv_t)).collect();
+    let total: f64 = e.iter().map(|&x| x as f64).sum();
+    let inv_total = (1.0 / total) as f32;
+    for x in e.iter_mut() {
+        *x *= inv_total;
+    }
+    e
+}
+
+/// `e^x` for `x ≤ 0` (max-subtracted logits; NaN and −∞ give 0), without branches so that loops
+/// over a vocabulary vectorize: 49152 of these take ~30 µs instead of ~1 ms through libm's f64
+/// `exp`. `x = n·ln 2 + r` with `|r| ≤ ln 2 / 2`; `e^r` by its Taylor series to `r^7` (truncation
+/// < 3e-8); `2^n` written into the exponent bits. Below −87 (under f32's normal range) it returns 0.
+#[inline(always)]
+pub fn exp_nonpositive(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75; // ln 2 split so that n · LN2_HI is exact
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23: adding and subtracting it rounds to an integer
+    let live = x >= -87.0; // false for NaN and −∞ too
+    let xc = if live { x } else { -87.0 };
+    let n = (xc * LOG2E + ROUND) - ROUND;
+    let r = (xc - n * LN2_HI) - n * LN2_LO;
+    let poly = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    if live { poly * scale } else { 0.0 }
 }
 
 /// Keep the smallest set of most likely tokens whose mass reaches `top_p`; renormalise.
@@ -172,7 +198,7 @@ pub fn sample_index(weights: &[f32], u: f64) -> usize {
 /// penalty): the quality signal reported for every run, comparable across sampling settings.
 pub fn nll_at_t1(logits: &[f32], id: u32, n_vocab: usize) -> f64 {
     let l = &logits[..n_vocab.min(logits.len())];
-    let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let log_z = max + l.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+    let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let log_z = max as f64 + l.iter().map(|&x| exp_nonpositive(x - max) as f64).sum::<f64>().ln();
     log_z - l.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY) as f64
 }

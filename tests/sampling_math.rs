@@ -292,3 +292,33 @@ fn top_p_keeps_the_nucleus() {
     let all = probabilities(&logits, &[], &SamplingParams { top_p: 1.0, temperature: 1.0, ..Default::default() }, 4);
     assert!(all.iter().all(|&x| x > 0.0));
 }
+
+#[test]
+fn fast_exponential_matches_f64_exp() {
+    use mentor_lab::sampling::exp_nonpositive;
+    // Dense grid over the range used (max-subtracted logits), plus the representable ends.
+    let mut worst = 0f64;
+    let mut i = 0u32;
+    loop {
+        let x = -(i as f32) * 0.000_731;
+        if x < -87.0 {
+            break;
+        }
+        let exact = (x as f64).exp();
+        let rel = ((exp_nonpositive(x) as f64 - exact) / exact).abs();
+        worst = worst.max(rel);
+        i += 1;
+    }
+    assert!(worst < 3e-7, "worst relative error {worst:e}");
+    assert_eq!(exp_nonpositive(0.0), 1.0);
+    assert_eq!(exp_nonpositive(-87.5), 0.0);
+    assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
+    assert_eq!(exp_nonpositive(f32::NAN), 0.0);
+    // softmax built on it still sums to 1 and keeps the order of the logits
+    let logits: Vec<f32> = (0..49152).map(|i| ((i * 7919) % 1000) as f32 * 0.013 - 6.0).collect();
+    let p = mentor_lab::sampling::softmax(&logits, 0.7);
+    let total: f64 = p.iter().map(|&x| x as f64).sum();
+    assert!((total - 1.0).abs() < 1e-5, "sum {total}");
+    let exact_ratio = ((logits[1] - logits[2]) as f64 / 0.7).exp();
+    assert!((p[1] as f64 / p[2] as f64 / exact_ratio - 1.0).abs() < 1e-6);
+}
