@@ -199,6 +199,21 @@ impl SharedOut {
 }
 
 impl Q8Matrix {
+    /// The matrices' rows one after another (all with the same `n_in`): one product for several
+    /// projections of the same input.
+    pub fn stack(parts: &[&Q8Matrix]) -> Option<Q8Matrix> {
+        let n_in = parts.first()?.n_in;
+        if parts.iter().any(|m| m.n_in != n_in) {
+            return None;
+        }
+        Some(Q8Matrix {
+            n_out: parts.iter().map(|m| m.n_out).sum(),
+            n_in,
+            scales: parts.iter().flat_map(|m| m.scales.iter().copied()).collect(),
+            quants: parts.iter().flat_map(|m| m.quants.iter().copied()).collect(),
+        })
+    }
+
     /// Quantize an f32 matrix given row-major `(n_out, n_in)`; `n_in` must be a multiple of 32.
     pub fn from_f32(w: &[f32], n_out: usize, n_in: usize) -> Option<Q8Matrix> {
         if n_in % BLOCK != 0 || w.len() != n_out * n_in {
@@ -319,6 +334,21 @@ pub struct Q4Matrix {
 }
 
 impl Q4Matrix {
+    /// The matrices' rows one after another (all with the same `n_in`), like [`Q8Matrix::stack`].
+    pub fn stack(parts: &[&Q4Matrix]) -> Option<Q4Matrix> {
+        let n_in = parts.first()?.n_in;
+        if parts.iter().any(|m| m.n_in != n_in) {
+            return None;
+        }
+        Some(Q4Matrix {
+            n_out: parts.iter().map(|m| m.n_out).sum(),
+            n_in,
+            d: parts.iter().flat_map(|m| m.d.iter().copied()).collect(),
+            m: parts.iter().flat_map(|m| m.m.iter().copied()).collect(),
+            nibbles: parts.iter().flat_map(|m| m.nibbles.iter().copied()).collect(),
+        })
+    }
+
     /// Repack GGML Q4_1 (`min = true`: f16 d, f16 m, 16 bytes) or Q4_0 (f16 d, 16 bytes) bytes.
     pub fn from_ggml_bytes(bytes: &[u8], n_out: usize, n_in: usize, min: bool) -> Option<Q4Matrix> {
         let block_bytes = if min { 20 } else { 18 };

@@ -60,6 +60,15 @@ struct Linear {
 }
 
 impl Linear {
+    fn n_out(&self) -> usize {
+        match &self.w {
+            Weights::Candle(QMatMul::QTensor(q)) => q.shape().dims()[0],
+            Weights::Candle(QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => t.dims()[0],
+            Weights::BatchedQ8(m) => m.n_out,
+            Weights::BatchedQ4(m) => m.n_out,
+        }
+    }
+
     /// `x: (n, in)` → `(n, out)`.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = match &self.w {
@@ -82,6 +91,57 @@ impl Linear {
     }
 }
 
+/// Linear layers applied to the same input (Q, K and V; FFN gate and up). With our CPU kernels
+/// their matrices are stacked into one at load, so a step quantizes the input once and hands the
+/// threads one task list instead of three (or two).
+#[derive(Debug, Clone)]
+enum Projections {
+    Fused { linear: Linear, sizes: Vec<usize> },
+    Separate(Vec<Linear>),
+}
+
+impl Projections {
+    fn new(parts: Vec<Linear>) -> Result<Projections> {
+        let sizes: Vec<usize> = parts.iter().map(|l| l.n_out()).collect();
+        let stacked = if parts.iter().all(|l| matches!(l.w, Weights::BatchedQ8(_))) {
+            let ms: Vec<&Q8Matrix> = parts.iter().filter_map(|l| if let Weights::BatchedQ8(m) = &l.w { Some(&**m) } else { None }).collect();
+            Q8Matrix::stack(&ms).map(|m| Weights::BatchedQ8(m.into()))
+        } else if parts.iter().all(|l| matches!(l.w, Weights::BatchedQ4(_))) {
+            let ms: Vec<&Q4Matrix> = parts.iter().filter_map(|l| if let Weights::BatchedQ4(m) = &l.w { Some(&**m) } else { None }).collect();
+            Q4Matrix::stack(&ms).map(|m| Weights::BatchedQ4(m.into()))
+        } else {
+            None
+        };
+        let biases: Vec<&Tensor> = parts.iter().filter_map(|l| l.b.as_ref()).collect();
+        let bias = match biases.len() {
+            0 => Some(None),
+            n if n == parts.len() => Some(Some(Tensor::cat(&biases, 0)?)),
+            _ => None, // only some parts have a bias: keep them separate
+        };
+        Ok(match (stacked, bias) {
+            (Some(w), Some(b)) => Projections::Fused { linear: Linear { w, b }, sizes },
+            _ => Projections::Separate(parts),
+        })
+    }
+
+    /// One `(n, out_i)` tensor per projection, in the order given to `new`.
+    fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
+        match self {
+            Projections::Separate(parts) => parts.iter().map(|l| l.forward(x)).collect(),
+            Projections::Fused { linear, sizes } => {
+                let y = linear.forward(x)?;
+                let mut offset = 0;
+                let mut out = Vec::with_capacity(sizes.len());
+                for &n in sizes {
+                    out.push(y.narrow(1, offset, n)?);
+                    offset += n;
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
 /// Whether Q8_0 matrices on the CPU go through our batched kernel (`MENTOR_LAB_KERNEL=candle`
 /// turns it off, to compare with candle's own path).
 pub(crate) fn use_batched_kernel() -> bool {
@@ -91,13 +151,10 @@ pub(crate) fn use_batched_kernel() -> bool {
 #[derive(Debug, Clone)]
 struct Layer {
     attn_norm: Tensor, // (n_embd)
-    wq: Linear,        // (n_head * head_dim, n_embd)
-    wk: Linear,        // (n_kv_head * head_dim, n_embd)
-    wv: Linear,        // (n_kv_head * head_dim, n_embd)
+    qkv: Projections,  // (n_head * head_dim | n_kv_head * head_dim | n_kv_head * head_dim, n_embd)
     wo: Linear,        // (n_embd, n_head * head_dim)
     ffn_norm: Tensor,  // (n_embd)
-    w_gate: Linear,    // (n_ff, n_embd)
-    w_up: Linear,      // (n_ff, n_embd)
+    gate_up: Projections, // (n_ff | n_ff, n_embd)
     w_down: Linear,    // (n_embd, n_ff)
 }
 
@@ -229,13 +286,17 @@ impl Transformer {
             let (bq, bk, bv) = (bias("attn_q")?, bias("attn_k")?, bias("attn_v")?);
             layers.push(Layer {
                 attn_norm: vector(read(&format!("{p}.attn_norm.weight"))?)?,
-                wq: to_linear(read(&format!("{p}.attn_q.weight"))?, bq)?,
-                wk: to_linear(read(&format!("{p}.attn_k.weight"))?, bk)?,
-                wv: to_linear(read(&format!("{p}.attn_v.weight"))?, bv)?,
+                qkv: Projections::new(vec![
+                    to_linear(read(&format!("{p}.attn_q.weight"))?, bq)?,
+                    to_linear(read(&format!("{p}.attn_k.weight"))?, bk)?,
+                    to_linear(read(&format!("{p}.attn_v.weight"))?, bv)?,
+                ])?,
                 wo: to_linear(read(&format!("{p}.attn_output.weight"))?, None)?,
                 ffn_norm: vector(read(&format!("{p}.ffn_norm.weight"))?)?,
-                w_gate: to_linear(read(&format!("{p}.ffn_gate.weight"))?, None)?,
-                w_up: to_linear(read(&format!("{p}.ffn_up.weight"))?, None)?,
+                gate_up: Projections::new(vec![
+                    to_linear(read(&format!("{p}.ffn_gate.weight"))?, None)?,
+                    to_linear(read(&format!("{p}.ffn_up.weight"))?, None)?,
+                ])?,
                 w_down: to_linear(read(&format!("{p}.ffn_down.weight"))?, None)?,
             });
         }
@@ -366,8 +427,10 @@ impl Transformer {
             let attn = attention(&self.config, layer, cache, &h, pos, &cos, &sin, mask.as_ref())?;
             x = (x + attn)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
-            let gate = candle_nn::ops::silu(&layer.w_gate.forward(&h)?)?;
-            let up = layer.w_up.forward(&h)?;
+            let (gate, up) = match layer.gate_up.forward(&h)?.as_slice() {
+                [g, u] => (candle_nn::ops::silu(g)?, u.clone()),
+                _ => return Err(EngineError::InvalidSetting("FFN projections: expected gate and up".into())),
+            };
             x = (x + layer.w_down.forward(&(gate * up)?)?)?;
         }
         self.n_cached = pos + n_new;
@@ -424,9 +487,10 @@ fn attention(
     let split_heads = |t: Tensor, n: usize| -> Result<Tensor> {
         Ok(t.reshape((n_new, n, hd))?.transpose(0, 1)?.contiguous()?.reshape((1, n, n_new, hd))?)
     };
-    let q = split_heads(layer.wq.forward(h)?, n_head)?;
-    let k = split_heads(layer.wk.forward(h)?, n_kv)?;
-    let v = split_heads(layer.wv.forward(h)?, n_kv)?;
+    let (q, k, v) = match layer.qkv.forward(h)?.as_slice() {
+        [q, k, v] => (split_heads(q.clone(), n_head)?, split_heads(k.clone(), n_kv)?, split_heads(v.clone(), n_kv)?),
+        _ => return Err(EngineError::InvalidSetting("attention projections: expected Q, K and V".into())),
+    };
     let (q, k) = match cfg.arch {
         Arch::Llama => (candle_nn::rotary_emb::rope_i(&q, cos, sin)?, candle_nn::rotary_emb::rope_i(&k, cos, sin)?),
         Arch::Qwen2 => (candle_nn::rotary_emb::rope(&q, cos, sin)?, candle_nn::rotary_emb::rope(&k, cos, sin)?),
