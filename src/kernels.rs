@@ -176,12 +176,15 @@ unsafe fn hsum256(a: std::arch::x86_64::__m256) -> f32 {
 /// Dispatch a runtime group size to the const-generic `group_avx2::<N>` of a kernel type.
 macro_rules! dispatch_group {
     ($self:ident, $o:ident, $r0:ident, $n:ident, $xq:ident, $out:ident) => {
+        dispatch_group!($self, group_avx2, $o, $r0, $n, $xq, $out)
+    };
+    ($self:ident, $f:ident, $o:ident, $r0:ident, $n:ident, $xq:ident, $out:ident) => {
         match $n {
-            1 => $self.group_avx2::<1>($o, $r0, $xq, $out),
-            2 => $self.group_avx2::<2>($o, $r0, $xq, $out),
-            3 => $self.group_avx2::<3>($o, $r0, $xq, $out),
-            4 => $self.group_avx2::<4>($o, $r0, $xq, $out),
-            _ => $self.group_avx2::<5>($o, $r0, $xq, $out),
+            1 => $self.$f::<1>($o, $r0, $xq, $out),
+            2 => $self.$f::<2>($o, $r0, $xq, $out),
+            3 => $self.$f::<3>($o, $r0, $xq, $out),
+            4 => $self.$f::<4>($o, $r0, $xq, $out),
+            _ => $self.$f::<5>($o, $r0, $xq, $out),
         }
     };
 }
@@ -302,11 +305,28 @@ impl Q8Matrix {
         }
     }
 
-    /// Output `o` for activation rows `r0 .. r0 + N`.
+    /// Output `o` for activation rows `r0 .. r0 + N` (AVX2).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     #[inline]
     unsafe fn group_avx2<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+        self.group_body::<N, false>(o, r0, xq, out)
+    }
+
+    /// The same with AVX-512 VNNI's `vpdpbusd` (on 256-bit registers) for the multiply-adds: one
+    /// instruction instead of three per block and row, and the same integer sums, so the results
+    /// are identical.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+    #[inline]
+    unsafe fn group_vnni<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+        self.group_body::<N, true>(o, r0, xq, out)
+    }
+
+    /// Shared body; inlined into the two functions above, which set the CPU features.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn group_body<const N: usize, const VNNI: bool>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
         use std::arch::x86_64::*;
         let nb = self.n_in / BLOCK;
         let ones = _mm256_set1_epi16(1);
@@ -331,8 +351,12 @@ impl Q8Matrix {
                 let w_abs = _mm256_sign_epi8(w, w);
                 for j in 0..N {
                     let x = _mm256_loadu_si256(xp[j].add(base + k * BLOCK) as *const __m256i);
-                    let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), ones);
-                    isum[j] = _mm256_add_epi32(isum[j], sums);
+                    let x_signed = _mm256_sign_epi8(x, w);
+                    isum[j] = if VNNI {
+                        _mm256_dpbusd_epi32(isum[j], w_abs, x_signed)
+                    } else {
+                        _mm256_add_epi32(isum[j], _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, x_signed), ones))
+                    };
                 }
             }
             let w_scales = _mm256_loadu_ps(ws.add(g * GROUP_BLOCKS));
@@ -377,8 +401,23 @@ impl RowKernel for Q8Matrix {
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn group_avx2_n(&self, o: usize, r0: usize, n: usize, xq: &Q8Rows, out: &mut [f32]) {
-        dispatch_group!(self, o, r0, n, xq, out)
+        if use_vnni() {
+            dispatch_group!(self, group_vnni, o, r0, n, xq, out)
+        } else {
+            dispatch_group!(self, o, r0, n, xq, out)
+        }
     }
+}
+
+/// Whether the CPU has AVX-512 VNNI (with 256-bit forms); `MENTOR_LAB_KERNEL=avx2` turns it off.
+#[cfg(target_arch = "x86_64")]
+fn use_vnni() -> bool {
+    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VNNI.get_or_init(|| {
+        is_x86_feature_detected!("avx512vnni")
+            && is_x86_feature_detected!("avx512vl")
+            && std::env::var("MENTOR_LAB_KERNEL").map(|v| v != "avx2").unwrap_or(true)
+    })
 }
 
 /// A 4-bit matrix `(n_out, n_in)` as GGML's Q4_1 (and Q4_0, with m = −8·d): each block of 32
