@@ -17,6 +17,7 @@ pub const BLOCK: usize = 32;
 /// Bytes of one GGML Q8_0 block: f16 scale + 32 × i8.
 const GGML_Q8_0_BYTES: usize = 34;
 /// Activation rows one kernel call handles together (accumulators in registers).
+#[cfg(target_arch = "x86_64")]
 const MAX_GROUP: usize = 5;
 /// Output rows handled per task.
 const OUT_CHUNK: usize = 32;
@@ -174,6 +175,7 @@ unsafe fn hsum256(a: std::arch::x86_64::__m256) -> f32 {
 }
 
 /// Dispatch a runtime group size to the const-generic `group_avx2::<N>` of a kernel type.
+#[cfg(target_arch = "x86_64")]
 macro_rules! dispatch_group {
     ($self:ident, $o:ident, $r0:ident, $n:ident, $xq:ident, $out:ident) => {
         dispatch_group!($self, group_avx2, $o, $r0, $n, $xq, $out)
@@ -577,6 +579,31 @@ mod tests {
                 assert_eq!(&all[r * n_out..(r + 1) * n_out], &one[..], "row {r} of {n_rows}");
             }
         }
+    }
+
+    #[test]
+    fn stacked_matrices_give_each_part_exactly() {
+        let n_in = 576; // two interleaved groups of 8 blocks and two blocks after them
+        let parts: Vec<Q8Matrix> = [(64, 11), (32, 12), (32, 13)]
+            .iter()
+            .map(|&(n_out, seed)| Q8Matrix::from_f32(&pseudo_random(n_out * n_in, seed), n_out, n_in).unwrap())
+            .collect();
+        let stacked = Q8Matrix::stack(&parts.iter().collect::<Vec<_>>()).unwrap();
+        assert_eq!(stacked.n_out, 128);
+        let n_rows = 3;
+        let x = pseudo_random(n_rows * n_in, 14);
+        let all = stacked.matmul(&x, n_rows);
+        let mut offset = 0;
+        for m in &parts {
+            let y = m.matmul(&x, n_rows);
+            for r in 0..n_rows {
+                assert_eq!(&all[r * 128 + offset..r * 128 + offset + m.n_out], &y[r * m.n_out..(r + 1) * m.n_out]);
+            }
+            offset += m.n_out;
+        }
+        let other = Q8Matrix::from_f32(&pseudo_random(32 * 64, 15), 32, 64).unwrap();
+        assert!(Q8Matrix::stack(&[&parts[0], &other]).is_none(), "different input widths cannot stack");
+        assert!(Q8Matrix::stack(&[]).is_none());
     }
 
     #[test]
