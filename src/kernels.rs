@@ -53,15 +53,23 @@ fn interleave_row(row: &mut [i8]) {
     }
 }
 
-/// Where byte `t` of block `b` is stored in an interleaved row of `n_in` values.
-fn interleaved_index(n_in: usize, b: usize, t: usize) -> usize {
-    let n_grouped = n_in / (GROUP_BLOCKS * BLOCK) * GROUP_BLOCKS;
-    if b < n_grouped {
-        let (g, i) = (b / GROUP_BLOCKS, b % GROUP_BLOCKS);
-        g * GROUP_BLOCKS * BLOCK + (t / 4) * BLOCK + i * 4 + t % 4
-    } else {
-        b * BLOCK + t
+/// The inverse of [`interleave_row`]: the row in plain block order.
+fn deinterleave_row(row: &[i8]) -> Vec<i8> {
+    let mut plain = row.to_vec();
+    for (group, stored) in plain.chunks_exact_mut(GROUP_BLOCKS * BLOCK).zip(row.chunks_exact(GROUP_BLOCKS * BLOCK)) {
+        for (k, vector) in stored.chunks_exact(BLOCK).enumerate() {
+            for (i, lane) in vector.chunks_exact(4).enumerate() {
+                group[i * BLOCK + 4 * k..i * BLOCK + 4 * k + 4].copy_from_slice(lane);
+            }
+        }
     }
+    plain
+}
+
+/// The common input width of matrices to stack, if they have one.
+fn common_width(mut widths: impl Iterator<Item = usize>) -> Option<usize> {
+    let first = widths.next()?;
+    widths.all(|w| w == first).then_some(first)
 }
 
 /// Activation rows quantized to Q8_0.
@@ -69,7 +77,8 @@ struct Q8Rows {
     n_rows: usize,
     scales: Vec<f32>, // (n_rows, n_in / 32)
     quants: Vec<i8>,  // (n_rows, n_in)
-    /// The same quants with each row interleaved like the Q8 weights.
+    /// The same quants with each row interleaved like the Q8 weights (the Q8 SIMD kernels read
+    /// these, the Q4 kernels and the portable paths the plain ones; both cost n_rows · n_in bytes).
     quants_il: Vec<i8>,
     /// scale · Σ quants of each block, (n_rows, n_in / 32): the 4-bit formats' offset term
     /// Σ_b m_b · s_b · Σ x_b is then a short dot product with the weights' m.
@@ -143,10 +152,10 @@ trait RowKernel: Sync {
                 let n_rows = xq.n_rows;
                 for (i, o) in outs.enumerate() {
                     let out = &mut local[i * n_rows..(i + 1) * n_rows];
-                    // Rows in near-equal groups of at most MAX_GROUP (9 rows → 5 + 4; 8 → 4 + 4; larger
-                    // groups spill registers): the
-                    // group's accumulators stay in registers, each weight block is loaded once
-                    // per group, and the output row's weights stay in L1 across groups.
+                    // Rows in near-equal groups of at most MAX_GROUP (9 rows → 5 + 4, 8 → 4 + 4;
+                    // larger groups spill registers): a group's accumulators stay in registers,
+                    // each weight block is loaded once per group, and the output row's weights
+                    // stay in L1 across groups.
                     let n_groups = n_rows.div_ceil(MAX_GROUP);
                     let mut r0 = 0;
                     for g in 0..n_groups {
@@ -246,10 +255,7 @@ impl Q8Matrix {
     /// The matrices' rows one after another (all with the same `n_in`): one product for several
     /// projections of the same input.
     pub fn stack(parts: &[&Q8Matrix]) -> Option<Q8Matrix> {
-        let n_in = parts.first()?.n_in;
-        if parts.iter().any(|m| m.n_in != n_in) {
-            return None;
-        }
+        let n_in = common_width(parts.iter().map(|m| m.n_in))?;
         Some(Q8Matrix {
             n_out: parts.iter().map(|m| m.n_out).sum(),
             n_in,
@@ -294,12 +300,13 @@ impl Q8Matrix {
     fn rows_portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         let nb = self.n_in / BLOCK;
         for (i, o) in outs.enumerate() {
+            let w_row = deinterleave_row(&self.quants[o * self.n_in..(o + 1) * self.n_in]);
             for r in 0..xq.n_rows {
                 let mut acc = 0f32;
-                let w_row = &self.quants[o * self.n_in..(o + 1) * self.n_in];
                 for b in 0..nb {
+                    let w = &w_row[b * BLOCK..][..BLOCK];
                     let x = &xq.quants[r * self.n_in + b * BLOCK..][..BLOCK];
-                    let s: i32 = (0..BLOCK).map(|t| w_row[interleaved_index(self.n_in, b, t)] as i32 * x[t] as i32).sum();
+                    let s: i32 = w.iter().zip(x).map(|(&a, &c)| a as i32 * c as i32).sum();
                     acc += self.scales[o * nb + b] * xq.scales[r * nb + b] * s as f32;
                 }
                 local[i * xq.n_rows + r] = acc;
@@ -441,10 +448,7 @@ pub struct Q4Matrix {
 impl Q4Matrix {
     /// The matrices' rows one after another (all with the same `n_in`), like [`Q8Matrix::stack`].
     pub fn stack(parts: &[&Q4Matrix]) -> Option<Q4Matrix> {
-        let n_in = parts.first()?.n_in;
-        if parts.iter().any(|m| m.n_in != n_in) {
-            return None;
-        }
+        let n_in = common_width(parts.iter().map(|m| m.n_in))?;
         Some(Q4Matrix {
             n_out: parts.iter().map(|m| m.n_out).sum(),
             n_in,
