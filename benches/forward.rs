@@ -1,12 +1,15 @@
 //! `cargo bench`: the costs that decide whether speculation pays on this machine.
 //! * quantized matmul of k activation rows against a 576 x 1536 weight (one FFN matrix of the
-//!   default target) for each weight format;
-//! * one forward of the default target over k new tokens after a 64-token context, for
-//!   k = 1, 2, 4, 8, 9, 16 (verification of k − 1 drafted tokens costs the k-token forward).
+//!   default target): candle's matmul for each weight format, and our batched kernels (`ours_*`);
+//! * our Q8_0 kernel on the shipped draft's shapes (its 49152 x 192 output head dominates its step);
+//! * one forward of the default target and of the shipped draft over k new tokens after a 64-token
+//!   context, for k = 1, 2, 4, 8, 9, 16 (verification of k − 1 drafted tokens costs the k-token
+//!   forward), with the tensor-free CPU step and with the tensor path.
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use mentor_lab::kernels::{Q4Matrix, Q8Matrix};
 use mentor_lab::{load_model, WeightFormat};
 
 fn matmul(c: &mut Criterion) {
@@ -24,6 +27,37 @@ fn matmul(c: &mut Criterion) {
             group.bench_with_input(BenchmarkId::new(name, k), &k, |b, _| b.iter(|| mm.forward(&x).unwrap()));
         }
     }
+    let wv = w.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let ours_q8 = Q8Matrix::from_f32(&wv, 1536, 576).unwrap();
+    let q4 = QTensor::quantize(&w, GgmlDType::Q4_1).unwrap();
+    let ours_q4 = Q4Matrix::from_ggml_bytes(&q4.data().unwrap(), 1536, 576, true).unwrap();
+    for k in [1usize, 4, 9, 16] {
+        let x = Tensor::randn(0f32, 1f32, (k, 576), &dev).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        group.bench_with_input(BenchmarkId::new("ours_q8_0", k), &k, |b, &k| b.iter(|| ours_q8.matmul(&x, k)));
+        group.bench_with_input(BenchmarkId::new("ours_q4_1", k), &k, |b, &k| b.iter(|| ours_q4.matmul(&x, k)));
+    }
+    group.finish();
+}
+
+fn draft_shapes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ours_q8_0_draft_shapes");
+    let mut seed = 1u64;
+    let mut rand = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    };
+    // (n_out, n_in): output head, stacked Q/K/V, stacked gate/up, down
+    for (n_out, n_in) in [(49152usize, 192usize), (576, 192), (1280, 192), (192, 640)] {
+        let m = Q8Matrix::from_f32(&rand(n_out * n_in), n_out, n_in).unwrap();
+        for k in [1usize, 9] {
+            let x = rand(k * n_in);
+            group.bench_with_input(BenchmarkId::new(format!("{n_out}x{n_in}"), k), &k, |b, &k| b.iter(|| m.matmul(&x, k)));
+        }
+    }
     group.finish();
 }
 
@@ -32,24 +66,34 @@ fn forward_k(c: &mut Criterion) {
         eprintln!("default target unavailable; skipping forward benchmarks");
         return;
     };
-    let mut group = c.benchmark_group("target_forward_k");
-    group.sample_size(20);
-    for format in [WeightFormat::Auto, WeightFormat::F32] {
+    let mut runs = vec![
+        ("target_forward_k", path.clone(), WeightFormat::Auto, true, "auto"),
+        ("target_forward_k", path.clone(), WeightFormat::Auto, false, "auto_tensor_path"),
+        ("target_forward_k", path, WeightFormat::F32, true, "f32"),
+    ];
+    if let Some(draft) = mentor_lab::models::default_draft() {
+        runs.push(("draft_forward_k", draft.clone(), WeightFormat::Auto, true, "auto"));
+        runs.push(("draft_forward_k", draft, WeightFormat::Auto, false, "auto_tensor_path"));
+    }
+    for (group_name, path, format, native, label) in runs {
+        let mut group = c.benchmark_group(group_name);
+        group.sample_size(20);
         let mut m = load_model(&path, format, &Device::Cpu).unwrap();
+        m.model.set_native_step(native).unwrap();
         let ctx: Vec<u32> = (0..64).map(|i| 1000 + i).collect();
         m.model.forward(&ctx).unwrap();
         for k in [1usize, 2, 4, 8, 9, 16] {
             let new: Vec<u32> = (0..k as u32).map(|i| 2000 + i).collect();
-            group.bench_with_input(BenchmarkId::new(format!("{format:?}"), k), &k, |b, _| {
+            group.bench_with_input(BenchmarkId::new(label, k), &k, |b, _| {
                 b.iter(|| {
                     m.model.truncate(64);
                     m.model.forward(&new).unwrap()
                 })
             });
         }
+        group.finish();
     }
-    group.finish();
 }
 
-criterion_group!(benches, matmul, forward_k);
+criterion_group!(benches, matmul, draft_shapes, forward_k);
 criterion_main!(benches);

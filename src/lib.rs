@@ -9,6 +9,7 @@
 
 pub mod adaptive;
 pub mod app;
+mod cpu_forward;
 pub mod engine;
 pub mod eval;
 pub mod error;

@@ -7,6 +7,7 @@
 
 use crate::error::{EngineError, Result};
 use crate::gguf::{dtype_name, Arch, ModelConfig, ModelFile};
+use crate::cpu_forward::{self, CpuModel};
 use crate::kernels::{Q4Matrix, Q8Matrix};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
@@ -181,6 +182,10 @@ pub struct Transformer {
     n_cached: usize,
     /// Human-readable weight format actually used, e.g. "Q8_0 (from Q4_1)".
     pub weight_desc: String,
+    /// The same model for the tensor-free CPU step, when every matrix runs through our kernels.
+    cpu: Option<CpuModel>,
+    /// Whether `forward` uses `cpu` (on by default where it exists).
+    native: bool,
 }
 
 /// candle has SIMD dot products for these on x86 (AVX2) and Apple Silicon (NEON); other formats
@@ -310,6 +315,10 @@ impl Transformer {
         };
         let max_pos = cfg.n_ctx.clamp(1, MAX_ROPE_POS);
         let (cos, sin) = rope_tables(cfg.head_dim, cfg.rope_theta, max_pos, freq_factors.as_deref(), device)?;
+        let cpu = if batched && native_step_enabled() { cpu_model(&layers, &out_norm, &head, &cos, &sin)? } else { None };
+        if cpu.is_some() {
+            weight_desc.push_str(", tensor-free step");
+        }
         let mut model = Transformer {
             config: cfg,
             device: device.clone(),
@@ -323,6 +332,8 @@ impl Transformer {
             cache_capacity: 0,
             n_cached: 0,
             weight_desc,
+            native: cpu.is_some(),
+            cpu,
         };
         model.clear()?;
         Ok(model)
@@ -346,7 +357,7 @@ impl Transformer {
     /// old contents are simply overwritten).
     pub fn clear(&mut self) -> Result<()> {
         self.n_cached = 0;
-        if self.cache.is_empty() {
+        if self.cache.is_empty() && !self.native {
             self.allocate_cache(INITIAL_CACHE.min(self.max_context()))?;
         }
         Ok(())
@@ -394,6 +405,21 @@ impl Transformer {
         self.forward_impl(tokens)
     }
 
+    /// Whether steps run tensor-free on the CPU ([`crate::cpu_forward`]).
+    pub fn native_step(&self) -> bool {
+        self.native
+    }
+
+    /// Switch between the tensor-free CPU step and the tensor path (where both exist); forgets the
+    /// cache. For comparing the two.
+    pub fn set_native_step(&mut self, on: bool) -> Result<()> {
+        self.native = on && self.cpu.is_some();
+        self.cache.clear();
+        self.cache_capacity = 0;
+        self.n_cached = 0;
+        self.clear()
+    }
+
     fn forward_impl(&mut self, tokens: &[u32]) -> Result<Tensor> {
         let n_new = tokens.len();
         let pos = self.n_cached;
@@ -408,6 +434,17 @@ impl Transformer {
                 "token id {bad} is outside the model's vocabulary of {}",
                 self.config.n_vocab
             )));
+        }
+        if self.native {
+            if let Some(cpu) = self.cpu.as_mut() {
+                let ids = Tensor::new(tokens, &self.device)?;
+                let x = self.embed.index_select(&ids, 0)?.flatten_all()?.to_vec1::<f32>()?;
+                cpu.reserve(&self.config, pos + n_new, pos, self.cos.dims()[0]);
+                let logits = cpu.forward(&self.config, x, pos);
+                self.n_cached = pos + n_new;
+                let n_out = logits.len() / n_new;
+                return Ok(Tensor::from_vec(logits, (n_new, n_out), &self.device)?);
+            }
         }
         if pos + n_new > self.cache_capacity {
             let mut cap = self.cache_capacity.max(1);
@@ -512,6 +549,51 @@ fn attention(
     let y = att.matmul(&v_all)?; // (1, n_kv, n_rep * n_new, hd)
     let y = y.reshape((n_head, n_new, hd))?.transpose(0, 1)?.contiguous()?.reshape((n_new, n_head * hd))?;
     layer.wo.forward(&y)
+}
+
+/// `MENTOR_LAB_NATIVE=0` keeps CPU steps on the tensor path (to compare the two).
+fn native_step_enabled() -> bool {
+    std::env::var("MENTOR_LAB_NATIVE").map(|v| v != "0").unwrap_or(true)
+}
+
+/// The tensor-free CPU model sharing the loaded matrices, if every one runs through our kernels.
+fn cpu_model(layers: &[Layer], out_norm: &Tensor, head: &Linear, cos: &Tensor, sin: &Tensor) -> Result<Option<CpuModel>> {
+    fn mat(l: &Linear) -> Result<Option<cpu_forward::Mat>> {
+        let w = match &l.w {
+            Weights::BatchedQ8(m) => cpu_forward::Matrix::Q8(m.clone()),
+            Weights::BatchedQ4(m) => cpu_forward::Matrix::Q4(m.clone()),
+            Weights::Candle(_) => return Ok(None),
+        };
+        let bias = match &l.b {
+            Some(b) => Some(b.flatten_all()?.to_vec1::<f32>()?),
+            None => None,
+        };
+        Ok(Some(cpu_forward::Mat { w, bias }))
+    }
+    fn proj(p: &Projections) -> Result<Option<cpu_forward::Proj>> {
+        let (linears, sizes): (Vec<&Linear>, Vec<usize>) = match p {
+            Projections::Fused { linear, sizes } => (vec![linear], sizes.clone()),
+            Projections::Separate(parts) => (parts.iter().collect(), parts.iter().map(|l| l.n_out()).collect()),
+        };
+        let mut mats = Vec::with_capacity(linears.len());
+        for l in linears {
+            match mat(l)? {
+                Some(m) => mats.push(m),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(cpu_forward::Proj { mats, sizes }))
+    }
+    let vec = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1::<f32>()?) };
+    let mut out = Vec::with_capacity(layers.len());
+    for l in layers {
+        let (Some(qkv), Some(wo), Some(gate_up), Some(down)) = (proj(&l.qkv)?, mat(&l.wo)?, proj(&l.gate_up)?, mat(&l.w_down)?) else {
+            return Ok(None);
+        };
+        out.push(cpu_forward::Layer { attn_norm: vec(&l.attn_norm)?, qkv, wo, ffn_norm: vec(&l.ffn_norm)?, gate_up, down });
+    }
+    let Some(head) = mat(head)? else { return Ok(None) };
+    Ok(Some(CpuModel::new(out, vec(out_norm)?, head, vec(cos)?, vec(sin)?)))
 }
 
 /// Convert one weight matrix to the format chosen at load.

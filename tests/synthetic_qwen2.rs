@@ -3,6 +3,8 @@
 
 #[path = "common/synthetic.rs"]
 mod synthetic;
+#[path = "common/mod.rs"]
+mod common;
 
 use candle_core::quantized::GgmlDType;
 use candle_core::Device;
@@ -94,4 +96,25 @@ fn qwen2_generates_and_handles_padded_vocab() {
     let g = engine.generate(&req, &AtomicBool::new(false), &mut |_| {}).unwrap();
     assert_eq!(g.tokens.len(), 20);
     assert!(g.tokens.iter().all(|t| (t.id as usize) < n_tok), "padding ids are never sampled");
+}
+
+#[test]
+fn tensor_free_step_matches_tensor_path_for_both_architectures() {
+    // qwen2: attention biases (stacked with Q/K/V), RoPE on halves; llama: RoPE on adjacent pairs.
+    for spec in [
+        synthetic::Spec { dtype: GgmlDType::Q8_0, ..Default::default() },
+        synthetic::Spec { arch: "llama", biases: false, dtype: GgmlDType::Q8_0, ..Default::default() },
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        synthetic::write(&path, &spec);
+        let mut m = load_model(&path, WeightFormat::Auto, &Device::Cpu).unwrap();
+        let ids = m.tokenizer.encode("the thin theatre in the rain, then the theme").unwrap();
+        let (native, tensor, _) = common::native_and_tensor_rows(&mut m, &ids);
+        let (diffs, agree) = common::compare_rows(&native, &tensor);
+        let max = diffs.iter().copied().fold(0.0, f32::max);
+        eprintln!("{}: max |dlogit| {max:.5}, arg-max agrees {agree}/{}", spec.arch, diffs.len());
+        assert!(max < 0.3, "{}: tensor-free and tensor steps differ by {max}", spec.arch);
+        assert!(agree * 10 >= diffs.len() * 9, "{}: arg-max agrees at {agree} of {}", spec.arch, diffs.len());
+    }
 }

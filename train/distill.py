@@ -196,6 +196,34 @@ def fmt_tab(tab):
                       for k, v in tab.items())
 
 
+def grow(ws, n_old, n_new, fresh):
+    """Insert n_new - n_old layers evenly between the loaded ones (after every n_old/(n_new-n_old)).
+    A new layer takes the fresh initialisation from `fresh` except its two output projections,
+    which are zero: its residual branches add nothing, so the grown model is the loaded one."""
+    m = n_new - n_old
+    order = []  # for each new index: ("old", i) or ("new", None)
+    for j in range(n_old):
+        order.append(j)
+        if (j + 1) * m // n_old > j * m // n_old:
+            order.append(None)
+    assert len(order) == n_new, (len(order), n_new)
+    out = {k: v for k, v in ws.items() if not k.startswith("blk.")}
+    for i, src in enumerate(order):
+        pre = f"blk.{i}."
+        for k, v in fresh.items():
+            if not k.startswith(pre):
+                continue
+            name = k[len(pre):]
+            if src is not None:
+                out[k] = ws[f"blk.{src}.{name}"]
+            elif name in ("attn_output.weight", "ffn_down.weight"):
+                out[k] = np.zeros(tuple(v.shape), dtype=np.float32)
+            else:
+                out[k] = v.detach().float().cpu().numpy()
+    log("grown layer order (old index or new):", ["new" if s is None else s for s in order])
+    return out
+
+
 # ---------------------------------------------------------------------------------------- main
 def main():
     ap = argparse.ArgumentParser()
@@ -217,8 +245,14 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=150)
-    ap.add_argument("--init_from", default=None, help="dir with student_index.json + student_w*.f16 to continue from")
-    ap.add_argument("--data_from", default=None, help="uint16 .npy token stream from an earlier run, prepended to new data")
+    ap.add_argument("--init_from", default=None,
+                    help="dir with student_index.json + student_w*.f16 to continue from; if --layers is larger "
+                         "than the loaded model's, new layers are inserted evenly with zero output projections "
+                         "(the grown model computes exactly what the loaded one did)")
+    ap.add_argument("--data_from", default=None,
+                    help=".npz (tokens + loss weights) kept by an earlier run's --data_keep, prepended to new data")
+    ap.add_argument("--data_keep", default=None, help="save this run's whole data (tokens + loss weights) here, .npz")
+
     ap.add_argument("--gen_seed", type=int, default=0, help="if nonzero: reseed training-data sampling (new data)")
     ap.add_argument("--est_steps", type=int, default=3000, help="cosine horizon; re-estimated from measured speed")
     ap.add_argument("--self_prompts", type=float, default=0.5,
@@ -326,20 +360,24 @@ def main():
     stream = np.concatenate([np.asarray(docs[i][0] + docs[i][1], dtype=np.int64) for i in order])
     # resp[j] = 1 where token j is part of a response; position j predicts token j+1
     resp = np.concatenate([np.r_[np.zeros(len(docs[i][0])), np.ones(len(docs[i][1]))] for i in order])
-    if args.data_from:
-        old = np.load(args.data_from).astype(np.int64)
-        log(f"prepending {len(old)} tokens from {args.data_from} (all positions weigh 1)")
-        stream = np.concatenate([old, stream])
-        resp = np.concatenate([np.ones(len(old)), resp])
     weight = np.roll(resp, -1) * (1 - args.prompt_weight) + args.prompt_weight
+    # how often each token is sampled in the responses (for a draft head restricted to frequent tokens)
+    counts = np.bincount(stream[resp > 0], minlength=tcfg["vocab"])
+    if args.data_from:
+        old = np.load(args.data_from)
+        log(f"prepending {len(old['tokens'])} tokens from {args.data_from}")
+        stream = np.concatenate([old["tokens"].astype(np.int64), stream])
+        weight = np.concatenate([old["weights"].astype(np.float64), weight])
+        counts = counts + old["counts"]
+    np.save(os.path.join(args.out, "token_counts.npy"), counts)
+    if args.data_keep:
+        np.savez(args.data_keep, tokens=stream.astype(np.uint16), weights=weight.astype(np.float16), counts=counts)
     nchunk = len(stream) // args.seq
     data = torch.from_numpy(stream[:nchunk * args.seq].reshape(nchunk, args.seq)).to(dev)
     wdata = torch.from_numpy(weight[:nchunk * args.seq].reshape(nchunk, args.seq).astype(np.float32)).to(dev)
     log(f"self-written prompts: {n_self}; positions with loss weight 1: {weight.mean():.3f}")
     results["data"] = {"docs": len(docs), "tokens": int(len(stream)), "chunks": nchunk, "gen_batches": nb}
     log(f"data: {len(docs)} docs, {len(stream)} tokens, {nchunk} chunks of {args.seq}")
-    if len(stream) * 2 < 16_000_000:
-        np.save(os.path.join(args.out, "data_tokens.npy"), stream.astype(np.uint16))
     save_results()
 
     # ---- student
@@ -355,8 +393,11 @@ def main():
         flat = np.concatenate([np.fromfile(os.path.join(args.init_from, f"student_w{i}.f16"), dtype=np.float16)
                                for i in range(ix["files"])])
         ws = {k: flat[o:o + int(np.prod(sh))].reshape(sh).astype(np.float32) for k, sh, o in ix["index"]}
+        n_old = ix["cfg"]["n_layers"]
+        if args.layers > n_old:
+            ws = grow(ws, n_old, args.layers, student.gguf_state())
         student.load_gguf_state(ws)
-        log(f"student initialised from {args.init_from}")
+        log(f"student initialised from {args.init_from} ({n_old} -> {args.layers} layers)")
     else:
       with torch.no_grad():  # embedding: teacher embedding projected on its top-d principal directions
         E = teacher.token_embd.weight.float()

@@ -19,3 +19,52 @@ pub fn load_target(format: WeightFormat) -> LoadedModel {
 pub fn draft_path() -> Option<PathBuf> {
     mentor_lab::models::default_draft()
 }
+
+/// Runs the same sequence of steps (a prompt chunk, single steps, a rollback, a verify-sized
+/// chunk) with the tensor-free CPU step and with the tensor path, and returns every logit row of
+/// both, in order; third, the tensor path fed one token at a time (the same arithmetic summed in
+/// another order: the noise floor of 8-bit activations over many layers).
+pub fn native_and_tensor_rows(m: &mut LoadedModel, ids: &[u32]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    assert!(ids.len() >= 12, "need at least 12 tokens");
+    let split = ids.len() - 8;
+    let run = |m: &mut LoadedModel, one_by_one: bool| -> Vec<Vec<f32>> {
+        m.model.clear().unwrap();
+        let mut rows = Vec::new();
+        if one_by_one {
+            for &id in &ids[..split] {
+                rows.extend(m.model.forward_rows(&[id]).unwrap());
+            }
+        } else {
+            rows = m.model.forward_rows(&ids[..split]).unwrap();
+        }
+        for &id in &ids[split..split + 3] {
+            rows.extend(m.model.forward_rows(&[id]).unwrap());
+        }
+        m.model.truncate(split + 1); // reject two, then verify five at once
+        if one_by_one {
+            for &id in &ids[split + 1..split + 6] {
+                rows.extend(m.model.forward_rows(&[id]).unwrap());
+            }
+        } else {
+            rows.extend(m.model.forward_rows(&ids[split + 1..split + 6]).unwrap());
+        }
+        rows
+    };
+    m.model.set_native_step(true).unwrap();
+    assert!(m.model.native_step(), "CPU model with our kernels must take the tensor-free step");
+    let native = run(m, false);
+    m.model.set_native_step(false).unwrap();
+    assert!(!m.model.native_step());
+    let tensor = run(m, false);
+    let tensor_steps = run(m, true);
+    m.model.set_native_step(true).unwrap();
+    (native, tensor, tensor_steps)
+}
+
+/// Largest |difference| per row, and how many rows pick the same arg-max.
+pub fn compare_rows(a: &[Vec<f32>], b: &[Vec<f32>]) -> (Vec<f32>, usize) {
+    assert_eq!(a.len(), b.len());
+    let diffs: Vec<f32> = a.iter().zip(b).map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max)).collect();
+    let agree = a.iter().zip(b).filter(|(x, y)| mentor_lab::sampling::argmax(x) == mentor_lab::sampling::argmax(y)).count();
+    (diffs, agree)
+}

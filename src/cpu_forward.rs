@@ -1,0 +1,299 @@
+//! The whole transformer step on the CPU in plain slices, without candle tensors.
+//!
+//! With our batched kernels doing the matrix products, what was left of a decode step was some 25
+//! small tensor operations per layer (norms, RoPE, head reshapes, cache writes, two attention
+//! matmuls, softmax, SiLU), each allocating and some handing work to the thread pool: about 60 µs
+//! per layer, half of the draft's step. Here the same arithmetic runs in a few loops per layer
+//! over buffers the step owns. It computes what [`crate::model`]'s tensor path computes (tests
+//! compare the two on the real models); the tensor path stays for Metal and for weights our
+//! kernels do not handle.
+
+use crate::gguf::{Arch, ModelConfig};
+use crate::kernels::{Q4Matrix, Q8Matrix};
+use crate::sampling::exp_nonpositive;
+use rayon::prelude::*;
+use std::sync::Arc;
+
+/// A matrix our kernels multiply, with its optional bias.
+#[derive(Debug, Clone)]
+pub(crate) enum Matrix {
+    Q8(Arc<Q8Matrix>),
+    Q4(Arc<Q4Matrix>),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Mat {
+    pub w: Matrix,
+    pub bias: Option<Vec<f32>>,
+}
+
+impl Mat {
+    fn n_out(&self) -> usize {
+        match &self.w {
+            Matrix::Q8(m) => m.n_out,
+            Matrix::Q4(m) => m.n_out,
+        }
+    }
+
+    /// `x: (n, in)` row-major → `(n, out)`.
+    fn apply(&self, x: &[f32], n: usize) -> Vec<f32> {
+        let mut y = match &self.w {
+            Matrix::Q8(m) => m.matmul(x, n),
+            Matrix::Q4(m) => m.matmul(x, n),
+        };
+        if let Some(b) = &self.bias {
+            for row in y.chunks_exact_mut(b.len()) {
+                row.iter_mut().zip(b).for_each(|(y, b)| *y += b);
+            }
+        }
+        y
+    }
+}
+
+/// Matrices applied to the same input: either one stacked matrix whose output columns are split
+/// into `sizes`, or one matrix per part.
+#[derive(Debug, Clone)]
+pub(crate) struct Proj {
+    pub mats: Vec<Mat>,
+    pub sizes: Vec<usize>,
+}
+
+impl Proj {
+    /// One `(n, size_i)` buffer per part.
+    fn apply(&self, x: &[f32], n: usize) -> Vec<Vec<f32>> {
+        if self.mats.len() == self.sizes.len() {
+            return self.mats.iter().map(|m| m.apply(x, n)).collect();
+        }
+        let mut parts: Vec<Vec<f32>> = self.sizes.iter().map(|&s| Vec::with_capacity(n * s)).collect();
+        if let Some(m) = self.mats.first() {
+            let y = m.apply(x, n);
+            for row in y.chunks_exact(m.n_out()) {
+                let mut off = 0;
+                for (part, &s) in parts.iter_mut().zip(&self.sizes) {
+                    part.extend_from_slice(&row[off..off + s]);
+                    off += s;
+                }
+            }
+        }
+        parts
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Layer {
+    pub attn_norm: Vec<f32>,
+    pub qkv: Proj,
+    pub wo: Mat,
+    pub ffn_norm: Vec<f32>,
+    pub gate_up: Proj,
+    pub down: Mat,
+}
+
+/// Keys and values of every layer, `(n_kv_head, capacity, head_dim)` each.
+#[derive(Debug, Clone, Default)]
+struct Cache {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    capacity: usize,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct CpuModel {
+    pub layers: Vec<Layer>,
+    pub out_norm: Vec<f32>,
+    pub head: Mat,
+    /// `(max_pos, head_dim / 2)`
+    pub cos: Vec<f32>,
+    pub sin: Vec<f32>,
+    cache: Cache,
+}
+
+impl CpuModel {
+    pub fn new(layers: Vec<Layer>, out_norm: Vec<f32>, head: Mat, cos: Vec<f32>, sin: Vec<f32>) -> CpuModel {
+        CpuModel { layers, out_norm, head, cos, sin, cache: Cache::default() }
+    }
+
+    /// Make room for `needed` positions, keeping the first `keep` (capacity doubles).
+    pub fn reserve(&mut self, cfg: &ModelConfig, needed: usize, keep: usize, max: usize) {
+        let c = &mut self.cache;
+        if needed <= c.capacity && c.k.len() == cfg.n_layer {
+            return;
+        }
+        let mut cap = c.capacity.max(256);
+        while cap < needed {
+            cap *= 2;
+        }
+        let cap = cap.min(max).max(needed);
+        let hd = cfg.head_dim;
+        let grow = |old: &Vec<f32>| -> Vec<f32> {
+            let mut new = vec![0f32; cfg.n_kv_head * cap * hd];
+            if c.capacity > 0 {
+                for g in 0..cfg.n_kv_head {
+                    let n = keep * hd;
+                    new[g * cap * hd..][..n].copy_from_slice(&old[g * c.capacity * hd..][..n]);
+                }
+            }
+            new
+        };
+        let (k, v): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (0..cfg.n_layer)
+            .map(|l| match (c.k.get(l), c.v.get(l)) {
+                (Some(k), Some(v)) => (grow(k), grow(v)),
+                _ => (vec![0f32; cfg.n_kv_head * cap * hd], vec![0f32; cfg.n_kv_head * cap * hd]),
+            })
+            .unzip();
+        *c = Cache { k, v, capacity: cap };
+    }
+
+    /// Logits `(n_new, n_vocab)` of tokens whose embeddings are `x: (n_new, n_embd)`, at positions
+    /// `pos .. pos + n_new`; the cache must hold `pos + n_new` positions (see [`Self::reserve`]).
+    pub fn forward(&mut self, cfg: &ModelConfig, mut x: Vec<f32>, pos: usize) -> Vec<f32> {
+        let d = cfg.n_embd;
+        let n = x.len() / d;
+        let eps = cfg.rms_eps as f32;
+        let mut h = vec![0f32; x.len()];
+        for (l, layer) in self.layers.iter().enumerate() {
+            rms_norm(&x, &layer.attn_norm, eps, &mut h);
+            let mut qkv = layer.qkv.apply(&h, n);
+            let (q, rest) = qkv.split_at_mut(1);
+            let (k, v) = rest.split_at_mut(1);
+            let (q, k, v) = (&mut q[0], &mut k[0], &v[0]);
+            rope(cfg, q, cfg.n_head, pos, &self.cos, &self.sin);
+            rope(cfg, k, cfg.n_kv_head, pos, &self.cos, &self.sin);
+            let (kc, vc) = (&mut self.cache.k[l], &mut self.cache.v[l]);
+            store(cfg, kc, k, pos, self.cache.capacity);
+            store(cfg, vc, v, pos, self.cache.capacity);
+            let att = attention(cfg, q, kc, vc, pos, n, self.cache.capacity);
+            let o = layer.wo.apply(&att, n);
+            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+            rms_norm(&x, &layer.ffn_norm, eps, &mut h);
+            let gu = layer.gate_up.apply(&h, n);
+            let act: Vec<f32> = gu[0].iter().zip(&gu[1]).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u).collect();
+            let down = layer.down.apply(&act, n);
+            x.iter_mut().zip(&down).for_each(|(x, o)| *x += o);
+        }
+        rms_norm(&x, &self.out_norm, eps, &mut h);
+        self.head.apply(&h, n)
+    }
+}
+
+/// `out = x / sqrt(mean(x²) + eps) · w`, row by row.
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    for (row, o) in x.chunks_exact(w.len()).zip(out.chunks_exact_mut(w.len())) {
+        let ms = row.iter().map(|v| v * v).sum::<f32>() / w.len() as f32;
+        let r = 1.0 / (ms + eps).sqrt();
+        o.iter_mut().zip(row).zip(w).for_each(|((o, x), w)| *o = x * r * w);
+    }
+}
+
+/// Rotate `x: (n, n_heads · head_dim)` in place for positions `pos ..`: Llama rotates adjacent
+/// pairs (2i, 2i+1), Qwen2 the halves (i, i + head_dim/2).
+fn rope(cfg: &ModelConfig, x: &mut [f32], n_heads: usize, pos: usize, cos: &[f32], sin: &[f32]) {
+    let hd = cfg.head_dim;
+    let half = hd / 2;
+    for (i, row) in x.chunks_exact_mut(n_heads * hd).enumerate() {
+        let (c, s) = (&cos[(pos + i) * half..][..half], &sin[(pos + i) * half..][..half]);
+        for head in row.chunks_exact_mut(hd) {
+            for j in 0..half {
+                let (a, b) = match cfg.arch {
+                    Arch::Llama => (2 * j, 2 * j + 1),
+                    Arch::Qwen2 => (j, j + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * c[j] - x1 * s[j];
+                head[b] = x0 * s[j] + x1 * c[j];
+            }
+        }
+    }
+}
+
+/// Write `x: (n, n_kv · head_dim)` into the cache `(n_kv, capacity, head_dim)` at `pos ..`.
+fn store(cfg: &ModelConfig, cache: &mut [f32], x: &[f32], pos: usize, capacity: usize) {
+    let hd = cfg.head_dim;
+    for (i, row) in x.chunks_exact(cfg.n_kv_head * hd).enumerate() {
+        for (g, head) in row.chunks_exact(hd).enumerate() {
+            cache[(g * capacity + pos + i) * hd..][..hd].copy_from_slice(head);
+        }
+    }
+}
+
+/// Causal attention of the `n` new queries `q: (n, n_head · head_dim)` over the cached keys and
+/// values; query `i` sees positions `0 ..= pos + i`. Heads run in parallel when there is enough work.
+fn attention(cfg: &ModelConfig, q: &[f32], kc: &[f32], vc: &[f32], pos: usize, n: usize, capacity: usize) -> Vec<f32> {
+    let (n_head, hd) = (cfg.n_head, cfg.head_dim);
+    let n_rep = n_head / cfg.n_kv_head;
+    let one_head = |h: usize| -> Vec<f32> {
+        let g = h / n_rep;
+        let keys = &kc[g * capacity * hd..][..(pos + n) * hd];
+        let values = &vc[g * capacity * hd..][..(pos + n) * hd];
+        let mut out = vec![0f32; n * hd];
+        let mut scores = vec![0f32; pos + n];
+        for i in 0..n {
+            let qi = &q[i * n_head * hd + h * hd..][..hd];
+            head_attend(qi, keys, values, &mut scores[..pos + i + 1], &mut out[i * hd..][..hd]);
+        }
+        out
+    };
+    let work = n * (pos + n) * n_head * hd;
+    let per_head: Vec<Vec<f32>> = if work >= 1 << 16 && rayon::current_num_threads() > 1 {
+        (0..n_head).into_par_iter().map(one_head).collect()
+    } else {
+        (0..n_head).map(one_head).collect()
+    };
+    let mut out = vec![0f32; n * n_head * hd];
+    for (h, ho) in per_head.iter().enumerate() {
+        for i in 0..n {
+            out[i * n_head * hd + h * hd..][..hd].copy_from_slice(&ho[i * hd..][..hd]);
+        }
+    }
+    out
+}
+
+/// One query over `scores.len()` keys: `out = softmax(q·k / sqrt(hd)) · v`.
+fn head_attend(q: &[f32], keys: &[f32], values: &[f32], scores: &mut [f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the features were just detected.
+            return unsafe { head_attend_avx2(q, keys, values, scores, out) };
+        }
+    }
+    head_attend_body(q, keys, values, scores, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn head_attend_avx2(q: &[f32], keys: &[f32], values: &[f32], scores: &mut [f32], out: &mut [f32]) {
+    head_attend_body(q, keys, values, scores, out)
+}
+
+/// Written so that the compiler vectorizes it (8 independent partial sums per dot product).
+#[inline(always)]
+fn head_attend_body(q: &[f32], keys: &[f32], values: &[f32], scores: &mut [f32], out: &mut [f32]) {
+    let hd = q.len();
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut max = f32::NEG_INFINITY;
+    for (j, s) in scores.iter_mut().enumerate() {
+        let k = &keys[j * hd..][..hd];
+        let mut acc = [0f32; 8];
+        for (qc, kc) in q.chunks_exact(8).zip(k.chunks_exact(8)) {
+            for t in 0..8 {
+                acc[t] += qc[t] * kc[t];
+            }
+        }
+        let tail: f32 = q.chunks_exact(8).remainder().iter().zip(k.chunks_exact(8).remainder()).map(|(a, b)| a * b).sum();
+        *s = (acc.iter().sum::<f32>() + tail) * scale;
+        max = max.max(*s);
+    }
+    let mut sum = 0f32;
+    for s in scores.iter_mut() {
+        *s = exp_nonpositive(*s - max);
+        sum += *s;
+    }
+    out.iter_mut().for_each(|o| *o = 0.0);
+    for (j, &w) in scores.iter().enumerate() {
+        let v = &values[j * hd..][..hd];
+        out.iter_mut().zip(v).for_each(|(o, v)| *o += w * v);
+    }
+    let inv = 1.0 / sum;
+    out.iter_mut().for_each(|o| *o *= inv);
+}
