@@ -36,7 +36,7 @@ impl Mat {
     }
 
     /// `x: (n, in)` row-major → `(n, out)`.
-    fn apply(&self, x: &[f32], n: usize) -> Vec<f32> {
+    pub fn apply(&self, x: &[f32], n: usize) -> Vec<f32> {
         let mut y = match &self.w {
             Matrix::Q8(m) => m.matmul(x, n),
             Matrix::Q4(m) => m.matmul(x, n),
@@ -101,7 +101,6 @@ struct Cache {
 pub(crate) struct CpuModel {
     pub layers: Vec<Layer>,
     pub out_norm: Vec<f32>,
-    pub head: Mat,
     /// `(max_pos, head_dim / 2)`
     pub cos: Vec<f32>,
     pub sin: Vec<f32>,
@@ -109,8 +108,8 @@ pub(crate) struct CpuModel {
 }
 
 impl CpuModel {
-    pub fn new(layers: Vec<Layer>, out_norm: Vec<f32>, head: Mat, cos: Vec<f32>, sin: Vec<f32>) -> CpuModel {
-        CpuModel { layers, out_norm, head, cos, sin, cache: Cache::default() }
+    pub fn new(layers: Vec<Layer>, out_norm: Vec<f32>, cos: Vec<f32>, sin: Vec<f32>) -> CpuModel {
+        CpuModel { layers, out_norm, cos, sin, cache: Cache::default() }
     }
 
     /// Make room for `needed` positions, keeping the first `keep` (capacity doubles).
@@ -144,8 +143,9 @@ impl CpuModel {
         *c = Cache { k, v, capacity: cap };
     }
 
-    /// Logits `(n_new, n_vocab)` of tokens whose embeddings are `x: (n_new, n_embd)`, at positions
-    /// `pos .. pos + n_new`; the cache must hold `pos + n_new` positions (see [`Self::reserve`]).
+    /// The final normalized hidden states `(n_new, n_embd)` (the head's input) of tokens whose
+    /// embeddings are `x: (n_new, n_embd)`, at positions `pos .. pos + n_new`; the cache must hold
+    /// `pos + n_new` positions (see [`Self::reserve`]).
     pub fn forward(&mut self, cfg: &ModelConfig, mut x: Vec<f32>, pos: usize) -> Vec<f32> {
         let d = cfg.n_embd;
         let n = x.len() / d;
@@ -172,7 +172,29 @@ impl CpuModel {
             x.iter_mut().zip(&down).for_each(|(x, o)| *x += o);
         }
         rms_norm(&x, &self.out_norm, eps, &mut h);
-        self.head.apply(&h, n)
+        h
+    }
+}
+
+/// An output head restricted to some tokens: the rows of those tokens only, and their ids.
+#[derive(Debug, Clone)]
+pub(crate) struct SmallHead {
+    pub mat: Mat,
+    pub tokens: Vec<u32>,
+}
+
+impl SmallHead {
+    /// Logits `(n, n_vocab)` from hidden states `h: (n, n_embd)`: the kept tokens' logits, −∞ for
+    /// every other token (probability exactly 0 after softmax at any temperature).
+    pub fn logits(&self, h: &[f32], n: usize, n_vocab: usize) -> Vec<f32> {
+        let small = self.mat.apply(h, n);
+        let mut full = vec![f32::NEG_INFINITY; n * n_vocab];
+        for (row, out) in small.chunks_exact(self.tokens.len()).zip(full.chunks_exact_mut(n_vocab)) {
+            for (&t, &v) in self.tokens.iter().zip(row) {
+                out[t as usize] = v;
+            }
+        }
+        full
     }
 }
 

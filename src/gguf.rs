@@ -48,6 +48,8 @@ pub struct ModelConfig {
 
 /// An opened, validated GGUF file. Keeps the parsed header so that loading weights and building the
 /// tokenizer do not parse it again.
+pub const HEAD_TOKENS_KEY: &str = "mentor_lab.head_tokens";
+
 #[derive(Debug)]
 pub struct ModelFile {
     pub path: PathBuf,
@@ -95,6 +97,19 @@ impl ModelFile {
 
     pub fn metadata(&self) -> &HashMap<String, Value> {
         &self.content.metadata
+    }
+
+    /// The tokens a draft's output head may be restricted to (`mentor_lab.head_tokens`, written by
+    /// `train/export_gguf.py --head_tokens`): ascending, unique, inside the vocabulary. `Err` says
+    /// what is wrong with a key that is present but unusable.
+    pub fn head_tokens(&self) -> std::result::Result<Option<Vec<u32>>, String> {
+        let Some(v) = self.content.metadata.get(HEAD_TOKENS_KEY) else { return Ok(None) };
+        let items = v.to_vec().map_err(|e| format!("`{HEAD_TOKENS_KEY}` is not an array: {e}"))?;
+        let ids: Vec<u32> = items.iter().map(|x| x.to_u32()).collect::<std::result::Result<_, _>>().map_err(|e| format!("`{HEAD_TOKENS_KEY}` must hold u32 token ids: {e}"))?;
+        if ids.is_empty() || ids.windows(2).any(|w| w[0] >= w[1]) || ids.last().is_some_and(|&l| l as usize >= self.config.n_vocab) {
+            return Err(format!("`{HEAD_TOKENS_KEY}` must be non-empty, ascending, unique token ids below {}", self.config.n_vocab));
+        }
+        Ok(Some(ids))
     }
 
     pub fn meta_str(&self, key: &str) -> Option<&str> {

@@ -264,6 +264,18 @@ impl Q8Matrix {
         })
     }
 
+    /// Only the given rows, in that order (a vocabulary head restricted to some tokens).
+    pub fn select_rows(&self, rows: &[u32]) -> Option<Q8Matrix> {
+        let nb = self.n_in / BLOCK;
+        let mut out = Q8Matrix { n_out: rows.len(), n_in: self.n_in, scales: Vec::with_capacity(rows.len() * nb), quants: Vec::with_capacity(rows.len() * self.n_in) };
+        for &r in rows {
+            let r = r as usize;
+            out.scales.extend_from_slice(self.scales.get(r * nb..(r + 1) * nb)?);
+            out.quants.extend_from_slice(self.quants.get(r * self.n_in..(r + 1) * self.n_in)?);
+        }
+        Some(out)
+    }
+
     /// Quantize an f32 matrix given row-major `(n_out, n_in)`; `n_in` must be a multiple of 32.
     pub fn from_f32(w: &[f32], n_out: usize, n_in: usize) -> Option<Q8Matrix> {
         if n_in % BLOCK != 0 || w.len() != n_out * n_in {
@@ -456,6 +468,19 @@ impl Q4Matrix {
             m: parts.iter().flat_map(|m| m.m.iter().copied()).collect(),
             nibbles: parts.iter().flat_map(|m| m.nibbles.iter().copied()).collect(),
         })
+    }
+
+    /// Only the given rows, in that order, like [`Q8Matrix::select_rows`].
+    pub fn select_rows(&self, rows: &[u32]) -> Option<Q4Matrix> {
+        let (nb, nh) = (self.n_in / BLOCK, self.n_in / 2);
+        let mut out = Q4Matrix { n_out: rows.len(), n_in: self.n_in, d: Vec::new(), m: Vec::new(), nibbles: Vec::new() };
+        for &r in rows {
+            let r = r as usize;
+            out.d.extend_from_slice(self.d.get(r * nb..(r + 1) * nb)?);
+            out.m.extend_from_slice(self.m.get(r * nb..(r + 1) * nb)?);
+            out.nibbles.extend_from_slice(self.nibbles.get(r * nh..(r + 1) * nh)?);
+        }
+        Some(out)
     }
 
     /// Repack GGML Q4_1 (`min = true`: f16 d, f16 m, 16 bytes) or Q4_0 (f16 d, 16 bytes) bytes.

@@ -186,6 +186,10 @@ pub struct Transformer {
     cpu: Option<CpuModel>,
     /// Whether `forward` uses `cpu` (on by default where it exists).
     native: bool,
+    /// The output head restricted to the tokens the file lists (`mentor_lab.head_tokens`), with
+    /// our kernels only; used while `restrict_head` is on.
+    small_head: Option<cpu_forward::SmallHead>,
+    restrict_head: bool,
 }
 
 /// candle has SIMD dot products for these on x86 (AVX2) and Apple Silicon (NEON); other formats
@@ -315,9 +319,28 @@ impl Transformer {
         };
         let max_pos = cfg.n_ctx.clamp(1, MAX_ROPE_POS);
         let (cos, sin) = rope_tables(cfg.head_dim, cfg.rope_theta, max_pos, freq_factors.as_deref(), device)?;
-        let cpu = if batched && native_step_enabled() { cpu_model(&layers, &out_norm, &head, &cos, &sin)? } else { None };
+        let cpu = if batched && native_step_enabled() { cpu_model(&layers, &out_norm, &cos, &sin)? } else { None };
         if cpu.is_some() {
             weight_desc.push_str(", tensor-free step");
+        }
+        let small_head = match file.head_tokens() {
+            Ok(Some(tokens)) => {
+                let mat = match &head.w {
+                    Weights::BatchedQ8(m) => m.select_rows(&tokens).map(|m| cpu_forward::Matrix::Q8(m.into())),
+                    Weights::BatchedQ4(m) => m.select_rows(&tokens).map(|m| cpu_forward::Matrix::Q4(m.into())),
+                    Weights::Candle(_) => None,
+                };
+                mat.map(|w| cpu_forward::SmallHead { mat: cpu_forward::Mat { w, bias: None }, tokens })
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!("{}: {e}; using the full output head", file.path.display());
+                None
+            }
+        };
+        let restrict_head = small_head.is_some() && std::env::var("MENTOR_LAB_FULL_HEAD").map(|v| v != "1").unwrap_or(true);
+        if let (true, Some(s)) = (restrict_head, &small_head) {
+            weight_desc.push_str(&format!(", head restricted to {} frequent tokens", s.tokens.len()));
         }
         let mut model = Transformer {
             config: cfg,
@@ -334,6 +357,8 @@ impl Transformer {
             weight_desc,
             native: cpu.is_some(),
             cpu,
+            small_head,
+            restrict_head,
         };
         model.clear()?;
         Ok(model)
@@ -420,6 +445,18 @@ impl Transformer {
         self.clear()
     }
 
+    /// Number of tokens the output head is restricted to, while it is.
+    pub fn head_restriction(&self) -> Option<usize> {
+        self.small_head.as_ref().filter(|_| self.restrict_head).map(|s| s.tokens.len())
+    }
+
+    /// Use the restricted output head (where the file lists tokens for one) or the full one.
+    /// Returns whether the head is now restricted.
+    pub fn set_head_restricted(&mut self, on: bool) -> bool {
+        self.restrict_head = on && self.small_head.is_some();
+        self.restrict_head
+    }
+
     fn forward_impl(&mut self, tokens: &[u32]) -> Result<Tensor> {
         let n_new = tokens.len();
         let pos = self.n_cached;
@@ -440,8 +477,12 @@ impl Transformer {
                 let ids = Tensor::new(tokens, &self.device)?;
                 let x = self.embed.index_select(&ids, 0)?.flatten_all()?.to_vec1::<f32>()?;
                 cpu.reserve(&self.config, pos + n_new, pos, self.cos.dims()[0]);
-                let logits = cpu.forward(&self.config, x, pos);
+                let h = cpu.forward(&self.config, x, pos);
                 self.n_cached = pos + n_new;
+                let logits = match (&self.small_head, self.restrict_head) {
+                    (Some(s), true) => s.logits(&h, n_new, self.config.n_vocab),
+                    _ => self.head.forward(&Tensor::from_vec(h, (n_new, self.config.n_embd), &self.device)?)?.flatten_all()?.to_vec1::<f32>()?,
+                };
                 let n_out = logits.len() / n_new;
                 return Ok(Tensor::from_vec(logits, (n_new, n_out), &self.device)?);
             }
@@ -472,6 +513,10 @@ impl Transformer {
         }
         self.n_cached = pos + n_new;
         let x = candle_nn::ops::rms_norm(&x, &self.out_norm, eps)?;
+        if let (Some(s), true) = (&self.small_head, self.restrict_head) {
+            let h = x.flatten_all()?.to_vec1::<f32>()?;
+            return Ok(Tensor::from_vec(s.logits(&h, n_new, self.config.n_vocab), (n_new, self.config.n_vocab), &self.device)?);
+        }
         let logits = self.head.forward(&x)?; // (n_new, n_vocab)
         Ok(logits.to_dtype(DType::F32)?)
     }
@@ -557,7 +602,7 @@ fn native_step_enabled() -> bool {
 }
 
 /// The tensor-free CPU model sharing the loaded matrices, if every one runs through our kernels.
-fn cpu_model(layers: &[Layer], out_norm: &Tensor, head: &Linear, cos: &Tensor, sin: &Tensor) -> Result<Option<CpuModel>> {
+fn cpu_model(layers: &[Layer], out_norm: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<CpuModel>> {
     fn mat(l: &Linear) -> Result<Option<cpu_forward::Mat>> {
         let w = match &l.w {
             Weights::BatchedQ8(m) => cpu_forward::Matrix::Q8(m.clone()),
@@ -592,8 +637,7 @@ fn cpu_model(layers: &[Layer], out_norm: &Tensor, head: &Linear, cos: &Tensor, s
         };
         out.push(cpu_forward::Layer { attn_norm: vec(&l.attn_norm)?, qkv, wo, ffn_norm: vec(&l.ffn_norm)?, gate_up, down });
     }
-    let Some(head) = mat(head)? else { return Ok(None) };
-    Ok(Some(CpuModel::new(out, vec(out_norm)?, head, vec(cos)?, vec(sin)?)))
+    Ok(Some(CpuModel::new(out, vec(out_norm)?, vec(cos)?, vec(sin)?)))
 }
 
 /// Convert one weight matrix to the format chosen at load.

@@ -254,3 +254,37 @@ fn tensor_free_step_matches_tensor_path_on_the_real_models() {
         assert!(agree * 10 >= diffs.len() * 9, "{}: arg-max agrees at {agree} of {}", m.info.name, diffs.len());
     }
 }
+
+#[test]
+fn restricted_draft_head_keeps_the_listed_tokens_exactly_and_zeroes_the_rest() {
+    let Some(path) = common::draft_path() else { return };
+    let file = mentor_lab::gguf::ModelFile::open(&path).unwrap();
+    let tokens = file.head_tokens().unwrap().expect("the shipped draft lists its head tokens");
+    let mut m = mentor_lab::load_model(&path, WeightFormat::Auto, &candle_core::Device::Cpu).unwrap();
+    assert_eq!(m.model.head_restriction(), Some(tokens.len()), "restricted by default");
+    let ids = m.tokenizer.prompt_ids("Write a short poem about the sea.", false).unwrap();
+    for native in [true, false] {
+        m.model.set_native_step(native).unwrap();
+        assert!(m.model.set_head_restricted(true));
+        let small = m.model.forward_rows(&ids).unwrap();
+        m.model.clear().unwrap();
+        assert!(!m.model.set_head_restricted(false));
+        let full = m.model.forward_rows(&ids).unwrap();
+        m.model.clear().unwrap();
+        let kept: std::collections::HashSet<u32> = tokens.iter().copied().collect();
+        for (s, f) in small.iter().zip(&full) {
+            for (t, (&a, &b)) in s.iter().zip(f).enumerate() {
+                if kept.contains(&(t as u32)) {
+                    assert_eq!(a, b, "kept token {t}: the same row of the same matrix");
+                } else {
+                    assert_eq!(a, f32::NEG_INFINITY, "token {t} is not in the head");
+                }
+            }
+            // sampling never picks a dropped token, at any temperature
+            let params = SamplingParams { temperature: 1.3, repeat_penalty: 1.3, ..Default::default() };
+            let p = mentor_lab::sampling::probabilities(s, &ids, &params, s.len());
+            assert!(p.iter().enumerate().all(|(t, &x)| kept.contains(&(t as u32)) || x == 0.0));
+            assert!((p.iter().map(|&x| x as f64).sum::<f64>() - 1.0).abs() < 1e-4);
+        }
+    }
+}

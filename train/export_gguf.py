@@ -1,8 +1,11 @@
 """Write the trained draft as a llama.cpp GGUF (Q8_0 matrices, F32 norms) with the target's tokenizer
 metadata copied verbatim, then verify it: read back, numpy forward vs the device's reference logits.
 
-usage: python3 export_gguf.py TARGET.gguf RUN_DIR OUT.gguf
-RUN_DIR holds student_index.json, student_w*.f16, ref_logits.npz, results.json from distill.py."""
+usage: python3 export_gguf.py TARGET.gguf RUN_DIR OUT.gguf [COUNTS.npy N]
+RUN_DIR holds student_index.json, student_w*.f16, ref_logits.npz, results.json from distill.py.
+With COUNTS.npy (distill.py's token_counts.npy: how often each token was sampled in the teacher's
+responses) and N, the N most frequent tokens are listed under `mentor_lab.head_tokens`: Mentor Lab
+then computes the draft's output head for those tokens only (the others get probability 0)."""
 import json, os, sys
 import numpy as np
 import gguf
@@ -22,7 +25,16 @@ def load_run(run):
     return ix["cfg"], w
 
 
-def write(target, cfg, w, out, name):
+HEAD_TOKENS_KEY = "mentor_lab.head_tokens"
+
+
+def head_tokens(counts, n):
+    """The n most often sampled token ids (ties broken by id), ascending."""
+    order = np.lexsort((np.arange(len(counts)), -counts))
+    return np.sort(order[:n]).astype(np.uint32)
+
+
+def write(target, cfg, w, out, name, head=None):
     tr = GGUFReader(target)
     wr = GGUFWriter(out, "llama")
     wr.add_name(name)
@@ -38,6 +50,8 @@ def write(target, cfg, w, out, name):
     wr.add_rope_dimension_count(cfg["d"] // cfg["n_heads"])
     wr.add_vocab_size(cfg["vocab"])
     wr.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    if head is not None:
+        wr.add_key_value(HEAD_TOKENS_KEY, [int(t) for t in head], VT.ARRAY, sub_type=VT.UINT32)
     for key, f in tr.fields.items():
         if key.startswith("tokenizer."):
             if f.types[0] == VT.ARRAY:
@@ -66,9 +80,14 @@ def tv_stats(a, b, temp=0.7):
 if __name__ == "__main__":
     target, run, out = sys.argv[1:4]
     cfg, w = load_run(run)
-    res = json.load(open(os.path.join(run, "results.json")))
+    head = None
+    if len(sys.argv) > 5:
+        counts = np.load(sys.argv[4])
+        head = head_tokens(counts, int(sys.argv[5]))
+        print(f"head tokens: {len(head)} most frequent, {counts[head].sum() / counts.sum():.4f} of "
+              f"{counts.sum()} sampled response tokens")
     name = f"mentor-lab-draft-smollm2-135m-d{cfg['d']}-l{cfg['n_layers']}"
-    write(target, cfg, w, out, name)
+    write(target, cfg, w, out, name, head)
     print("wrote", out, os.path.getsize(out), "bytes")
 
     # ---- verify: read back, metadata, tensors, forward
@@ -78,6 +97,9 @@ if __name__ == "__main__":
         if k.startswith("tokenizer."):
             assert r.fields[k].contents() == f.contents(), k
     print("tokenizer.* keys identical:", sum(k.startswith("tokenizer.") for k in t.fields))
+    if head is not None:
+        assert list(r.fields[HEAD_TOKENS_KEY].contents()) == [int(x) for x in head]
+        print(f"{HEAD_TOKENS_KEY}: {len(head)} ids read back")
     gcfg, gw = load_weights(out)
     print("cfg from gguf:", gcfg)
     assert set(gw) == set(w), set(gw) ^ set(w)
