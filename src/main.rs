@@ -31,6 +31,31 @@ enum Command {
     EvalDraft(EvalArgs),
     /// Decode / prefill speed and the cost of a forward over k tokens relative to one step.
     Cost(cli_bench::CostArgs),
+    /// What drawing costs while tokens stream: the app's own timing of comparisons in its real
+    /// window (default models) against the same requests run without a window.
+    MeasureUi(MeasureUiArgs),
+}
+
+#[derive(Args)]
+struct MeasureUiArgs {
+    /// A preset (creative, code, qa) or the prompt text itself.
+    #[arg(long, default_value = "creative")]
+    prompt: String,
+    #[arg(long, default_value_t = 256)]
+    tokens: usize,
+    /// Seeds 0 .. N-1, one comparison (target-only + mentored) each, after one warm-up.
+    #[arg(long, default_value_t = 3)]
+    seeds: u64,
+    #[arg(long, default_value_t = 0.75)]
+    tv_budget: f64,
+    /// Tokens drafted per round: 1..16 or auto.
+    #[arg(long, default_value = "8")]
+    draft_len: DraftLen,
+    #[arg(long, default_value_t = 0.7)]
+    temperature: f32,
+    /// CPU threads (default: all physical cores).
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 #[derive(Args)]
@@ -120,6 +145,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::Bench(args)) => cli_bench::run(args),
         Some(Command::EvalDraft(args)) => eval_draft(args),
         Some(Command::Cost(args)) => cli_bench::cost(args),
+        Some(Command::MeasureUi(args)) => measure_ui(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -145,6 +171,72 @@ fn fetch_progress_to_stderr() -> impl FnMut(FetchProgress) {
 }
 
 /// Load the target, and the draft when `need_draft` (or when one was named).
+fn measure_ui(args: MeasureUiArgs) -> Result<()> {
+    use mentor_lab::app::settings::Settings;
+    if let Some(n) = args.threads {
+        mentor_lab::set_threads(n);
+    }
+    let prompt = mentor_lab::presets::preset(&args.prompt).map(|p| p.prompt.to_string()).unwrap_or_else(|| args.prompt.clone());
+    let (adaptive, draft_len) = match args.draft_len {
+        DraftLen::Auto => (true, 4),
+        DraftLen::Fixed(k) => (false, k),
+    };
+    let settings = Settings {
+        prompt,
+        max_tokens: args.tokens,
+        ignore_eos: true,
+        temperature: args.temperature,
+        budget: args.tv_budget,
+        rule: MentorRule::Tv,
+        adaptive,
+        draft_len,
+        ..Settings::default()
+    };
+    let seeds: Vec<u64> = (0..args.seeds).collect();
+    eprintln!("measure-ui: {} comparisons in the app's window (+1 warm-up), then the same without a window", seeds.len());
+    let ui = mentor_lab::app::measure::measure_in_window(settings.clone(), seeds.clone())?;
+    if let Some(e) = ui.error {
+        bail!("the app reported: {e}");
+    }
+    // The same requests, same process, no window.
+    let mut engine = load_engine(&ModelArgs { target: None, draft: None, weights: WeightFormat::Auto, threads: args.threads }, true)?;
+    let cancel = AtomicBool::new(false);
+    let mut run = |seed: u64| -> Result<(f64, f64)> {
+        let s = Settings { seed, ..settings.clone() };
+        let t = engine.generate(&s.target_request(), &cancel, &mut |_| {})?.stats.e2e_s;
+        let m = engine.generate(&s.mentored_request(), &cancel, &mut |_| {})?.stats.e2e_s;
+        Ok((t, m))
+    };
+    run(mentor_lab::app::measure::WARM_UP_SEED)?;
+    let headless: Vec<(f64, f64)> = seeds.iter().map(|&s| run(s)).collect::<Result<_>>()?;
+    let median = |mut v: Vec<f64>| -> f64 {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) }
+    };
+    let app_t: Vec<f64> = ui.records.iter().step_by(2).map(|r| r.e2e_s).collect();
+    let app_m: Vec<f64> = ui.records.iter().skip(1).step_by(2).map(|r| r.e2e_s).collect();
+    let label = settings.mentored_label();
+    println!(
+        "measure-ui: {} threads, {} tokens; the window drew {} frames in {:.1} s ({:.0} per second)",
+        candle_core::utils::get_num_threads(),
+        args.tokens,
+        ui.frames,
+        ui.seconds,
+        ui.frames as f64 / ui.seconds.max(1e-9)
+    );
+    println!("| run | app window, median e2e (s) | no window, median e2e (s) | app / no window |");
+    println!("|---|---|---|---|");
+    for (name, a, h) in [
+        ("target".to_string(), app_t, headless.iter().map(|x| x.0).collect::<Vec<_>>()),
+        (label, app_m, headless.iter().map(|x| x.1).collect()),
+    ] {
+        let (a, h) = (median(a), median(h));
+        println!("| {name} | {a:.3} | {h:.3} | {:.3} ({:+.1}%) |", a / h, 100.0 * (a / h - 1.0));
+    }
+    Ok(())
+}
+
 pub fn load_engine(args: &ModelArgs, need_draft: bool) -> Result<Engine> {
     if let Some(n) = args.threads {
         mentor_lab::set_threads(n);

@@ -84,6 +84,9 @@ pub struct EngineHandle {
     pub event_rx: Receiver<EngineEvent>,
 }
 
+/// Longest wait before streamed tokens are drawn (10 frames per second while streaming).
+pub const STREAM_FRAME: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Sends events and wakes the UI.
 #[derive(Clone)]
 struct Outbox {
@@ -93,9 +96,17 @@ struct Outbox {
 
 impl Outbox {
     fn send(&self, ev: EngineEvent) {
+        // Tokens and rounds stream at hundreds per second: a frame every STREAM_FRAME shows them
+        // just as well and leaves the cores to the engine (every frame costs CPU where the GPU
+        // does not draw). Anything else is drawn at once.
+        let streaming = matches!(ev, EngineEvent::Token { .. } | EngineEvent::Round { .. });
         let _ = self.tx.send(ev);
         if let Some(ctx) = &self.waker {
-            ctx.request_repaint();
+            if streaming {
+                ctx.request_repaint_after(STREAM_FRAME);
+            } else {
+                ctx.request_repaint();
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 //! `ViewState` → drawing. The UI never blocks and never computes model math.
 
 pub mod engine_thread;
+pub mod measure;
 pub mod settings;
 mod ui_controls;
 mod ui_history;
