@@ -118,3 +118,56 @@ fn tensor_free_step_matches_tensor_path_for_both_architectures() {
         assert!(agree * 10 >= diffs.len() * 9, "{}: arg-max agrees at {agree} of {}", spec.arch, diffs.len());
     }
 }
+
+#[test]
+fn head_token_list_restricts_the_head_and_a_bad_list_is_reported_and_ignored() {
+    use candle_core::quantized::gguf_file::Value;
+    let write = |extra: Vec<(String, Value)>| -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        let spec = synthetic::Spec { dtype: GgmlDType::Q8_0, extra, ..Default::default() };
+        synthetic::write(&path, &spec);
+        (dir, path)
+    };
+    let key = mentor_lab::gguf::HEAD_TOKENS_KEY.to_string();
+    let list = |ids: &[u32]| Value::Array(ids.iter().map(|&i| Value::U32(i)).collect());
+
+    // A good list: the listed tokens keep their logits, every other token is −∞.
+    let kept = [1u32, 5, 6, 7, 40, 41];
+    let (_d, path) = write(vec![(key.clone(), list(&kept))]);
+    let file = mentor_lab::gguf::ModelFile::open(&path).unwrap();
+    assert_eq!(file.head_tokens().unwrap(), Some(kept.to_vec()));
+    let mut m = load_model(&path, WeightFormat::Auto, &Device::Cpu).unwrap();
+    assert_eq!(m.model.head_restriction(), Some(kept.len()));
+    let small = m.model.forward_rows(&[5, 6, 7]).unwrap();
+    m.model.clear().unwrap();
+    m.model.set_head_restricted(false);
+    let full = m.model.forward_rows(&[5, 6, 7]).unwrap();
+    for (s, f) in small.iter().zip(&full) {
+        for (t, (&a, &b)) in s.iter().zip(f).enumerate() {
+            if kept.contains(&(t as u32)) {
+                assert_eq!(a, b);
+            } else {
+                assert_eq!(a, f32::NEG_INFINITY);
+            }
+        }
+    }
+
+    // Bad lists: the file still loads, with the full head, and the reason names the key.
+    let n_vocab = file.config.n_vocab as u32;
+    for bad in [
+        list(&[5, 3]),                              // not ascending
+        list(&[1, 1, 2]),                           // repeated
+        list(&[1, n_vocab]),                        // outside the vocabulary
+        list(&[]),                                  // empty
+        Value::Array(vec![Value::String("a".into())]), // not token ids
+        Value::U32(3),                              // not a list
+    ] {
+        let (_d, path) = write(vec![(key.clone(), bad)]);
+        let file = mentor_lab::gguf::ModelFile::open(&path).unwrap();
+        let err = file.head_tokens().unwrap_err();
+        assert!(err.contains(mentor_lab::gguf::HEAD_TOKENS_KEY), "{err}");
+        let m = load_model(&path, WeightFormat::Auto, &Device::Cpu).unwrap();
+        assert_eq!(m.model.head_restriction(), None);
+    }
+}

@@ -16,11 +16,13 @@ pub struct Spec {
     pub n_ctx: usize,
     pub biases: bool,
     pub dtype: GgmlDType,
+    /// More metadata keys (e.g. `mentor_lab.head_tokens`).
+    pub extra: Vec<(String, Value)>,
 }
 
 impl Default for Spec {
     fn default() -> Self {
-        Spec { arch: "qwen2", n_embd: 64, n_head: 4, n_kv_head: 2, n_ff: 128, n_layer: 2, n_ctx: 256, biases: true, dtype: GgmlDType::F32 }
+        Spec { arch: "qwen2", n_embd: 64, n_head: 4, n_kv_head: 2, n_ff: 128, n_layer: 2, n_ctx: 256, biases: true, dtype: GgmlDType::F32, extra: Vec::new() }
     }
 }
 
@@ -107,7 +109,7 @@ pub fn write(path: &Path, spec: &Spec) {
         ("tokenizer.ggml.merges".into(), Value::Array(merges.iter().map(|m| Value::String(m.clone())).collect())),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
     ];
-    let md: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let md: Vec<(&str, &Value)> = metadata.iter().chain(&spec.extra).map(|(k, v)| (k.as_str(), v)).collect();
     let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut f = std::fs::File::create(path).unwrap();
     gguf_file::write(&mut f, &md, &ts).unwrap();
