@@ -30,6 +30,10 @@ pub struct Q8Matrix {
     pub n_in: usize,
     scales: Vec<f32>, // (n_out, n_in / 32)
     quants: Vec<i8>,  // (n_out, n_in), each row interleaved
+    /// 128 · Σ quants of each block, (n_out, n_in / 32): with activations offset by +128 to make
+    /// them unsigned, Σ (x + 128)·w − 128·Σ w = Σ x·w exactly, so VNNI's multiply-add needs no sign
+    /// fix-ups per row.
+    wsum128: Vec<i32>,
 }
 
 /// Blocks per interleaved group: one 256-bit lane of 4 bytes per block.
@@ -80,6 +84,9 @@ struct Q8Rows {
     /// The same quants with each row interleaved like the Q8 weights (the Q8 SIMD kernels read
     /// these, the Q4 kernels and the portable paths the plain ones; both cost n_rows · n_in bytes).
     quants_il: Vec<i8>,
+    /// `quants_il + 128` as unsigned bytes, for VNNI's unsigned × signed multiply-add (see
+    /// [`Q8Matrix::wsum128`]); filled only when the VNNI kernels will read it.
+    quants_u8: Vec<u8>,
     /// scale · Σ quants of each block, (n_rows, n_in / 32): the 4-bit formats' offset term
     /// Σ_b m_b · s_b · Σ x_b is then a short dot product with the weights' m.
     scaled_sums: Vec<f32>,
@@ -130,7 +137,11 @@ fn quantize_rows_any(x: &[f32], n_rows: usize, n_in: usize) -> Q8Rows {
     if n_in > 0 {
         quants_il.chunks_exact_mut(n_in).for_each(interleave_row);
     }
-    Q8Rows { n_rows, scales, quants, quants_il, scaled_sums }
+    #[cfg(target_arch = "x86_64")]
+    let quants_u8 = if n_rows > 1 && use_vnni() { quants_il.iter().map(|&q| (q as u8) ^ 0x80).collect() } else { Vec::new() };
+    #[cfg(not(target_arch = "x86_64"))]
+    let quants_u8 = Vec::new();
+    Q8Rows { n_rows, scales, quants, quants_il, quants_u8, scaled_sums }
 }
 
 /// Anything that can compute a range of outputs for all activation rows, into `local` laid out
@@ -261,17 +272,34 @@ impl Q8Matrix {
             n_in,
             scales: parts.iter().flat_map(|m| m.scales.iter().copied()).collect(),
             quants: parts.iter().flat_map(|m| m.quants.iter().copied()).collect(),
+            wsum128: parts.iter().flat_map(|m| m.wsum128.iter().copied()).collect(),
         })
+    }
+
+    /// From scales and interleaved quants; computes the block sums.
+    fn new(n_out: usize, n_in: usize, scales: Vec<f32>, quants: Vec<i8>) -> Q8Matrix {
+        // Interleaving keeps each group's bytes within the group, and a block's 32 bytes land in
+        // one lane of each of the group's 8 vectors; summing by natural block needs the plain row.
+        let nb = n_in / BLOCK;
+        let mut wsum128 = Vec::with_capacity(n_out * nb);
+        if n_in > 0 {
+            for row in quants.chunks_exact(n_in) {
+                let plain = deinterleave_row(row);
+                wsum128.extend(plain.chunks_exact(BLOCK).map(|b| 128 * b.iter().map(|&q| q as i32).sum::<i32>()));
+            }
+        }
+        Q8Matrix { n_out, n_in, scales, quants, wsum128 }
     }
 
     /// Only the given rows, in that order (a vocabulary head restricted to some tokens).
     pub fn select_rows(&self, rows: &[u32]) -> Option<Q8Matrix> {
         let nb = self.n_in / BLOCK;
-        let mut out = Q8Matrix { n_out: rows.len(), n_in: self.n_in, scales: Vec::with_capacity(rows.len() * nb), quants: Vec::with_capacity(rows.len() * self.n_in) };
+        let mut out = Q8Matrix { n_out: rows.len(), n_in: self.n_in, scales: Vec::new(), quants: Vec::new(), wsum128: Vec::new() };
         for &r in rows {
             let r = r as usize;
             out.scales.extend_from_slice(self.scales.get(r * nb..(r + 1) * nb)?);
             out.quants.extend_from_slice(self.quants.get(r * self.n_in..(r + 1) * self.n_in)?);
+            out.wsum128.extend_from_slice(self.wsum128.get(r * nb..(r + 1) * nb)?);
         }
         Some(out)
     }
@@ -282,7 +310,7 @@ impl Q8Matrix {
             return None;
         }
         let r = quantize_rows(w, n_out, n_in);
-        Some(Q8Matrix { n_out, n_in, scales: r.scales, quants: r.quants_il })
+        Some(Q8Matrix::new(n_out, n_in, r.scales, r.quants_il))
     }
 
     /// Repack GGML Q8_0 bytes (as in a GGUF file or candle's QTensor) for `(n_out, n_in)`.
@@ -300,7 +328,7 @@ impl Q8Matrix {
         if n_in > 0 {
             quants.chunks_exact_mut(n_in).for_each(interleave_row);
         }
-        Some(Q8Matrix { n_out, n_in, scales, quants })
+        Some(Q8Matrix::new(n_out, n_in, scales, quants))
     }
 
     /// `x` is row-major `(n_rows, n_in)`; returns row-major `(n_rows, n_out)`.
@@ -355,9 +383,13 @@ impl Q8Matrix {
         let ws = self.scales.as_ptr().add(o * nb);
         let mut xp = [std::ptr::null::<i8>(); N];
         let mut xs = [std::ptr::null::<f32>(); N];
+        let mut xu = [std::ptr::null::<u8>(); N];
         for j in 0..N {
             xp[j] = xq.quants_il.as_ptr().add((r0 + j) * self.n_in);
             xs[j] = xq.scales.as_ptr().add((r0 + j) * nb);
+            if VNNI && N >= 2 {
+                xu[j] = xq.quants_u8.as_ptr().add((r0 + j) * self.n_in);
+            }
         }
         // Whole groups of 8 blocks (interleaved): integer block sums in the 8 lanes, scaled once.
         let n_groups = nb / GROUP_BLOCKS;
@@ -365,6 +397,21 @@ impl Q8Matrix {
         for g in 0..n_groups {
             let base = g * GROUP_BLOCKS * BLOCK;
             let mut isum = [_mm256_setzero_si256(); N];
+            if VNNI && N >= 2 {
+                // Unsigned activations (x + 128) straight into vpdpbusd, one instruction per row
+                // and vector; the +128 is taken back once per group with the weights' block sums.
+                for k in 0..GROUP_BLOCKS {
+                    let w = _mm256_loadu_si256(wq.add(base + k * BLOCK) as *const __m256i);
+                    for j in 0..N {
+                        let x = _mm256_loadu_si256(xu[j].add(base + k * BLOCK) as *const __m256i);
+                        isum[j] = _mm256_dpbusd_epi32(isum[j], x, w);
+                    }
+                }
+                let offset = _mm256_loadu_si256(self.wsum128.as_ptr().add(o * nb + g * GROUP_BLOCKS) as *const __m256i);
+                for j in 0..N {
+                    isum[j] = _mm256_sub_epi32(isum[j], offset);
+                }
+            } else {
             for k in 0..GROUP_BLOCKS {
                 let w = _mm256_loadu_si256(wq.add(base + k * BLOCK) as *const __m256i);
                 // |w| is unsigned and x takes w's sign: maddubs(|w|, sign(x, w)) sums w·x in
@@ -379,6 +426,7 @@ impl Q8Matrix {
                         _mm256_add_epi32(isum[j], _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, x_signed), ones))
                     };
                 }
+            }
             }
             let w_scales = _mm256_loadu_ps(ws.add(g * GROUP_BLOCKS));
             for j in 0..N {
