@@ -33,6 +33,7 @@ pub struct Q8Matrix {
     /// 128 · Σ quants of each block, (n_out, n_in / 32): with activations offset by +128 to make
     /// them unsigned, Σ (x + 128)·w − 128·Σ w = Σ x·w exactly, so VNNI's multiply-add needs no sign
     /// fix-ups per row.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     wsum128: Vec<i32>,
 }
 
@@ -86,6 +87,7 @@ struct Q8Rows {
     quants_il: Vec<i8>,
     /// `quants_il + 128` as unsigned bytes, for VNNI's unsigned × signed multiply-add (see
     /// [`Q8Matrix::wsum128`]); filled only when the VNNI kernels will read it.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     quants_u8: Vec<u8>,
     /// scale · Σ quants of each block, (n_rows, n_in / 32): the 4-bit formats' offset term
     /// Σ_b m_b · s_b · Σ x_b is then a short dot product with the weights' m.
@@ -179,8 +181,30 @@ trait RowKernel: Sync {
                 return;
             }
         }
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        {
+            if self.rows_neon(outs.clone(), xq, local) {
+                return;
+            }
+        }
         self.portable(outs, xq, local);
     }
+
+    /// The NEON path for outputs `outs`, where the kernel has one; false leaves them to `portable`.
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    fn rows_neon(&self, _outs: std::ops::Range<usize>, _xq: &Q8Rows, _local: &mut [f32]) -> bool {
+        false
+    }
+}
+
+/// `acc[i] += Σ a[4i..4i+4] · b[4i..4i+4]` (NEON without the dot-product extension: widening
+/// multiplies, then pairwise adds; |a|, |b| ≤ 127 keeps each pair sum inside i16).
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+#[inline(always)]
+unsafe fn dot4_neon(acc: std::arch::aarch64::int32x4_t, a: std::arch::aarch64::int8x16_t, b: std::arch::aarch64::int8x16_t) -> std::arch::aarch64::int32x4_t {
+    use std::arch::aarch64::*;
+    let pairs = vpaddq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b)), vmull_high_s8(a, b));
+    vpadalq_s16(acc, pairs)
 }
 
 /// Horizontal sum of the 8 lanes.
@@ -461,6 +485,53 @@ impl Q8Matrix {
 impl RowKernel for Q8Matrix {
     fn n_out(&self) -> usize {
         self.n_out
+    }
+
+    /// Apple Silicon's CPU path: the interleaved layout works for NEON too. A 32-byte vector of a
+    /// group is two 16-byte halves whose 4-byte lanes belong to blocks 0–3 and 4–7, so the
+    /// multiply-adds of a group leave the 8 blocks' integer sums in two registers, scaled once.
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    fn rows_neon(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) -> bool {
+        use std::arch::aarch64::*;
+        let nb = self.n_in / BLOCK;
+        let n_groups = nb / GROUP_BLOCKS;
+        for (i, o) in outs.enumerate() {
+            for r in 0..xq.n_rows {
+                // SAFETY: every pointer below stays inside row `o` of the weights (n_in quants,
+                // nb scales) or row `r` of the activations (same sizes); NEON is baseline here.
+                local[i * xq.n_rows + r] = unsafe {
+                    let wq = self.quants.as_ptr().add(o * self.n_in);
+                    let ws = self.scales.as_ptr().add(o * nb);
+                    let xp = xq.quants_il.as_ptr().add(r * self.n_in);
+                    let xs = xq.scales.as_ptr().add(r * nb);
+                    let mut acc = vdupq_n_f32(0.0);
+                    for g in 0..n_groups {
+                        let base = g * GROUP_BLOCKS * BLOCK;
+                        let (mut lo, mut hi) = (vdupq_n_s32(0), vdupq_n_s32(0));
+                        for k in 0..GROUP_BLOCKS {
+                            let at = base + k * BLOCK;
+                            lo = dot4_neon(lo, vld1q_s8(wq.add(at)), vld1q_s8(xp.add(at)));
+                            hi = dot4_neon(hi, vld1q_s8(wq.add(at + 16)), vld1q_s8(xp.add(at + 16)));
+                        }
+                        let at = g * GROUP_BLOCKS;
+                        let s_lo = vmulq_f32(vld1q_f32(ws.add(at)), vld1q_f32(xs.add(at)));
+                        let s_hi = vmulq_f32(vld1q_f32(ws.add(at + 4)), vld1q_f32(xs.add(at + 4)));
+                        acc = vfmaq_f32(acc, s_lo, vcvtq_f32_s32(lo));
+                        acc = vfmaq_f32(acc, s_hi, vcvtq_f32_s32(hi));
+                    }
+                    let mut total = vaddvq_f32(acc);
+                    // Blocks after the last whole group, stored in place.
+                    for b in n_groups * GROUP_BLOCKS..nb {
+                        let at = b * BLOCK;
+                        let d = dot4_neon(vdupq_n_s32(0), vld1q_s8(wq.add(at)), vld1q_s8(xp.add(at)));
+                        let d = dot4_neon(d, vld1q_s8(wq.add(at + 16)), vld1q_s8(xp.add(at + 16)));
+                        total += *ws.add(b) * *xs.add(b) * vaddvq_s32(d) as f32;
+                    }
+                    total
+                };
+            }
+        }
+        true
     }
     fn n_in(&self) -> usize {
         self.n_in
