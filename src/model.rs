@@ -479,12 +479,10 @@ impl Transformer {
                 cpu.reserve(&self.config, pos + n_new, pos, self.cos.dims()[0]);
                 let h = cpu.forward(&self.config, x, pos);
                 self.n_cached = pos + n_new;
-                let logits = match (&self.small_head, self.restrict_head) {
-                    (Some(s), true) => s.logits(&h, n_new, self.config.n_vocab),
-                    _ => self.head.forward(&Tensor::from_vec(h, (n_new, self.config.n_embd), &self.device)?)?.flatten_all()?.to_vec1::<f32>()?,
-                };
-                let n_out = logits.len() / n_new;
-                return Ok(Tensor::from_vec(logits, (n_new, n_out), &self.device)?);
+                return Ok(match (&self.small_head, self.restrict_head) {
+                    (Some(s), true) => Tensor::from_vec(s.logits(&h, n_new, self.config.n_vocab), (n_new, self.config.n_vocab), &self.device)?,
+                    _ => self.head.forward(&Tensor::from_vec(h, (n_new, self.config.n_embd), &self.device)?)?.to_dtype(DType::F32)?,
+                });
             }
         }
         if pos + n_new > self.cache_capacity {
