@@ -458,17 +458,16 @@ impl Q8Matrix {
                 acc_g[j] = _mm256_fmadd_ps(scales, _mm256_cvtepi32_ps(isum[j]), acc_g[j]);
             }
         }
-        // The remaining blocks one at a time (stored in place). A single row alternates two
-        // accumulators over even and odd blocks so that it does not wait on the previous FMA.
-        let sets = if N == 1 { 2 } else { 1 };
-        let mut acc = [[_mm256_setzero_ps(); N]; 2];
+        // The remaining blocks (fewer than 8, stored in place) one at a time, with the same
+        // operations in the same order for any number of rows, so that batched results equal
+        // single-row results exactly.
+        let mut acc = [_mm256_setzero_ps(); N];
         for b in n_groups * GROUP_BLOCKS..nb {
             let w = _mm256_loadu_si256(wq.add(b * BLOCK) as *const __m256i);
             // |w| is unsigned and x takes w's sign: maddubs(|w|, sign(x, w)) sums w·x in pairs,
             // and |w|, |x| ≤ 127 keeps each pair sum inside i16.
             let w_abs = _mm256_sign_epi8(w, w);
             let w_scale = *ws.add(b);
-            let acc = &mut acc[(b & 1) * (sets - 1)];
             for j in 0..N {
                 let x = _mm256_loadu_si256(xp[j].add(b * BLOCK) as *const __m256i);
                 let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), ones);
@@ -477,7 +476,7 @@ impl Q8Matrix {
             }
         }
         for j in 0..N {
-            out[j] = hsum256(_mm256_add_ps(acc_g[j], _mm256_add_ps(acc[0][j], acc[1][j])));
+            out[j] = hsum256(_mm256_add_ps(acc_g[j], acc[j]));
         }
     }
 }
@@ -717,14 +716,16 @@ mod tests {
 
     #[test]
     fn batched_equals_single_rows_exactly() {
-        let (n_out, n_in) = (100, 256);
-        let m = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 1), n_out, n_in).unwrap();
-        for n_rows in [1, 2, 7, 9, 17] {
-            let x = pseudo_random(n_rows * n_in, 2 + n_rows as u64);
-            let all = m.matmul(&x, n_rows);
-            for r in 0..n_rows {
-                let one = m.matmul(&x[r * n_in..(r + 1) * n_in], 1);
-                assert_eq!(&all[r * n_out..(r + 1) * n_out], &one[..], "row {r} of {n_rows}");
+        // 256: whole groups of 8 blocks only; 576 (the default model's width): two blocks after them.
+        for (n_out, n_in) in [(100, 256), (101, 576)] {
+            let m = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 1), n_out, n_in).unwrap();
+            for n_rows in [1, 2, 3, 5, 7, 9, 17] {
+                let x = pseudo_random(n_rows * n_in, 2 + n_rows as u64);
+                let all = m.matmul(&x, n_rows);
+                for r in 0..n_rows {
+                    let one = m.matmul(&x[r * n_in..(r + 1) * n_in], 1);
+                    assert_eq!(&all[r * n_out..(r + 1) * n_out], &one[..], "{n_out}x{n_in}: row {r} of {n_rows}");
+                }
             }
         }
     }

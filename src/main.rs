@@ -56,6 +56,10 @@ struct MeasureUiArgs {
     /// CPU threads (default: all physical cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Draw streamed tokens every this many ms instead of the app's pacing (100 ms, or more where
+    /// frames are costly).
+    #[arg(long)]
+    stream_frame_ms: Option<u64>,
 }
 
 #[derive(Args)]
@@ -194,7 +198,11 @@ fn measure_ui(args: MeasureUiArgs) -> Result<()> {
     };
     let seeds: Vec<u64> = (0..args.seeds).collect();
     eprintln!("measure-ui: {} comparisons in the app's window (+1 warm-up), then the same without a window", seeds.len());
-    let ui = mentor_lab::app::measure::measure_in_window(settings.clone(), seeds.clone())?;
+    if args.stream_frame_ms == Some(0) {
+        bail!("--stream-frame-ms must be at least 1 (leave it out for the app's own pacing)");
+    }
+    let stream_frame = args.stream_frame_ms.map(std::time::Duration::from_millis);
+    let ui = mentor_lab::app::measure::measure_in_window(settings.clone(), seeds.clone(), stream_frame)?;
     if let Some(e) = ui.error {
         bail!("the app reported: {e}");
     }
@@ -212,18 +220,30 @@ fn measure_ui(args: MeasureUiArgs) -> Result<()> {
     let median = |mut v: Vec<f64>| -> f64 {
         v.sort_by(f64::total_cmp);
         let n = v.len();
-        if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) }
+        if n == 0 {
+            f64::NAN
+        } else if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            0.5 * (v[n / 2 - 1] + v[n / 2])
+        }
     };
     let app_t: Vec<f64> = ui.records.iter().step_by(2).map(|r| r.e2e_s).collect();
     let app_m: Vec<f64> = ui.records.iter().skip(1).step_by(2).map(|r| r.e2e_s).collect();
     let label = settings.mentored_label();
+    let frame_cpu_ms = median(ui.frame_cpu_s.iter().map(|&s| 1e3 * s as f64).collect());
     println!(
-        "measure-ui: {} threads, {} tokens; the window drew {} frames in {:.1} s ({:.0} per second)",
+        "measure-ui: {} threads, {} tokens; the window drew {} frames in {:.1} s ({:.1} per second), median frame CPU {:.1} ms (UI + painting), streaming frames {}",
         candle_core::utils::get_num_threads(),
         args.tokens,
         ui.frames,
         ui.seconds,
-        ui.frames as f64 / ui.seconds.max(1e-9)
+        ui.frames as f64 / ui.seconds.max(1e-9),
+        frame_cpu_ms,
+        match stream_frame {
+            Some(d) => format!("every {} ms (fixed)", d.as_millis()),
+            None => "paced by their cost (100-250 ms)".to_string(),
+        }
     );
     println!("| run | app window, median e2e (s) | no window, median e2e (s) | app / no window |");
     println!("|---|---|---|---|");

@@ -46,7 +46,7 @@ impl Rig {
 fn app_with(settings: Settings, dialogs: ScriptedDialogs) -> (MentorApp, Rig) {
     let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
     let (event_tx, event_rx) = crossbeam_channel::unbounded();
-    let app = MentorApp::new(settings, Vec::new(), EngineHandle { cmd_tx, event_rx }, Box::new(dialogs));
+    let app = MentorApp::new(settings, Vec::new(), EngineHandle { cmd_tx, event_rx, pacer: Default::default() }, Box::new(dialogs));
     (app, Rig { cmd_rx, event_tx })
 }
 

@@ -11,9 +11,9 @@ use crate::Engine;
 use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Which side of the comparison an event belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,28 +82,75 @@ pub enum EngineEvent {
 pub struct EngineHandle {
     pub cmd_tx: Sender<EngineCommand>,
     pub event_rx: Receiver<EngineEvent>,
+    /// The UI reports each frame's cost here; the engine paces its wake-ups by it.
+    pub pacer: FramePacer,
 }
 
-/// Longest wait before streamed tokens are drawn (10 frames per second while streaming).
-pub const STREAM_FRAME: std::time::Duration = std::time::Duration::from_millis(100);
+/// Shortest wait before streamed tokens are drawn (at most 10 frames per second while streaming).
+pub const STREAM_FRAME: Duration = Duration::from_millis(100);
+/// Longest wait, however costly a frame is (4 frames per second).
+pub const MAX_STREAM_FRAME: Duration = Duration::from_millis(250);
+/// While tokens stream, frames are spaced at least this many frame costs apart: drawing takes at
+/// most 1/25 = 4% of one core from the engine.
+const FRAME_COST_SPACING: u64 = 25;
+
+/// How long streamed tokens wait before they are drawn. On a Mac a frame costs the CPU about a
+/// millisecond and tokens are drawn every [`STREAM_FRAME`]; where drawing is expensive (software
+/// rendering, a huge window, a slow machine) frames are spaced by their measured cost, so that the
+/// UI never takes more than a few percent of the engine's throughput.
+#[derive(Clone, Default)]
+pub struct FramePacer {
+    /// Running average of a frame's CPU time, µs (0 until a frame is measured).
+    cost_us: Arc<AtomicU32>,
+    /// A fixed interval instead (ms), for measurements; 0: paced by cost.
+    fixed_ms: Arc<AtomicU32>,
+}
+
+impl FramePacer {
+    /// Record one frame's CPU time (eframe's `cpu_usage`: the app's UI and the painter's work).
+    pub fn record(&self, cpu_s: Option<f32>) {
+        let Some(s) = cpu_s.filter(|s| s.is_finite() && *s >= 0.0) else { return };
+        let new = (s as f64 * 1e6).min(u32::MAX as f64);
+        let old = self.cost_us.load(Ordering::Relaxed) as f64;
+        let avg = if old == 0.0 { new } else { 0.8 * old + 0.2 * new };
+        self.cost_us.store(avg.round() as u32, Ordering::Relaxed);
+    }
+
+    /// Use a fixed interval (`None`: pace by the measured frame cost).
+    pub fn set_fixed(&self, interval: Option<Duration>) {
+        let ms = interval.map(|d| d.as_millis().clamp(1, u32::MAX as u128) as u32).unwrap_or(0);
+        self.fixed_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The wait before streamed tokens are drawn.
+    pub fn interval(&self) -> Duration {
+        let fixed = self.fixed_ms.load(Ordering::Relaxed);
+        if fixed > 0 {
+            return Duration::from_millis(fixed as u64);
+        }
+        let paced = Duration::from_micros(self.cost_us.load(Ordering::Relaxed) as u64 * FRAME_COST_SPACING);
+        paced.clamp(STREAM_FRAME, MAX_STREAM_FRAME)
+    }
+}
 
 /// Sends events and wakes the UI.
 #[derive(Clone)]
 struct Outbox {
     tx: Sender<EngineEvent>,
     waker: Option<egui::Context>,
+    pacer: FramePacer,
 }
 
 impl Outbox {
     fn send(&self, ev: EngineEvent) {
-        // Tokens and rounds stream at hundreds per second: a frame every STREAM_FRAME shows them
-        // just as well and leaves the cores to the engine (every frame costs CPU where the GPU
-        // does not draw). Anything else is drawn at once.
+        // Tokens and rounds stream at hundreds per second: a frame every 100-250 ms (see
+        // FramePacer) shows them just as well and leaves the cores to the engine (every frame
+        // costs CPU, and much more where the GPU does not draw). Anything else is drawn at once.
         let streaming = matches!(ev, EngineEvent::Token { .. } | EngineEvent::Round { .. });
         let _ = self.tx.send(ev);
         if let Some(ctx) = &self.waker {
             if streaming {
-                ctx.request_repaint_after(STREAM_FRAME);
+                ctx.request_repaint_after(self.pacer.interval());
             } else {
                 ctx.request_repaint();
             }
@@ -115,13 +162,14 @@ impl Outbox {
 pub fn spawn(waker: Option<egui::Context>) -> EngineHandle {
     let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded::<EngineCommand>();
     let (event_tx, event_rx) = crossbeam_channel::unbounded::<EngineEvent>();
-    let out = Outbox { tx: event_tx, waker };
+    let pacer = FramePacer::default();
+    let out = Outbox { tx: event_tx, waker, pacer: pacer.clone() };
     std::thread::Builder::new()
         .name("mentor-engine".into())
         .spawn(move || supervise(cmd_rx, out))
         .map(|_| ())
         .unwrap_or_else(|e| eprintln!("cannot start the engine thread: {e}"));
-    EngineHandle { cmd_tx, event_rx }
+    EngineHandle { cmd_tx, event_rx, pacer }
 }
 
 #[derive(Default)]
@@ -315,4 +363,35 @@ pub fn discover() -> Vec<FoundModel> {
             Some(FoundModel { info: file.info(), tokenizer_fingerprint: h.finish() })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streaming_frames_are_spaced_by_their_cost_within_bounds() {
+        let p = FramePacer::default();
+        assert_eq!(p.interval(), STREAM_FRAME, "nothing measured yet");
+        p.record(Some(0.001));
+        assert_eq!(p.interval(), STREAM_FRAME, "a 1 ms frame is drawn every 100 ms");
+        let p = FramePacer::default();
+        for _ in 0..50 {
+            p.record(Some(0.008));
+        }
+        assert_eq!(p.interval(), Duration::from_millis(200), "8 ms frames: 25 frame costs apart");
+        for _ in 0..50 {
+            p.record(Some(0.5));
+        }
+        assert_eq!(p.interval(), MAX_STREAM_FRAME, "never slower than 4 frames per second");
+        let before = p.interval();
+        p.record(Some(f32::NAN));
+        p.record(Some(-1.0));
+        p.record(None);
+        assert_eq!(p.interval(), before, "unusable measurements are ignored");
+        p.set_fixed(Some(Duration::from_millis(40)));
+        assert_eq!(p.interval(), Duration::from_millis(40));
+        p.set_fixed(None);
+        assert_eq!(p.interval(), MAX_STREAM_FRAME);
+    }
 }

@@ -24,6 +24,8 @@ pub struct UiMeasurement {
     /// Frames drawn while the measured comparisons ran, and over how many seconds.
     pub frames: u64,
     pub seconds: f64,
+    /// eframe's CPU time of each frame (UI and painting, not the wait for the screen).
+    pub frame_cpu_s: Vec<f32>,
     pub error: Option<String>,
 }
 
@@ -57,8 +59,14 @@ impl Measuring {
 }
 
 impl eframe::App for Measuring {
-    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+    fn ui(&mut self, ui: &mut egui::Ui, frame: &mut eframe::Frame) {
         let ctx = ui.ctx().clone();
+        self.app.engine.pacer.record(frame.info().cpu_usage);
+        if let Some(cost) = frame.info().cpu_usage {
+            if let Ok(mut out) = self.out.lock() {
+                out.frame_cpu_s.push(cost);
+            }
+        }
         self.app.frame_ui(ui);
         if self.measured_since.is_some() {
             if let Ok(mut out) = self.out.lock() {
@@ -105,7 +113,8 @@ impl eframe::App for Measuring {
 }
 
 /// Open the window, run the warm-up and one comparison per seed, return what the app measured.
-pub fn measure_in_window(settings: Settings, seeds: Vec<u64>) -> anyhow::Result<UiMeasurement> {
+/// `stream_frame`: a fixed wait before streamed tokens are drawn instead of the app's pacing.
+pub fn measure_in_window(settings: Settings, seeds: Vec<u64>, stream_frame: Option<std::time::Duration>) -> anyhow::Result<UiMeasurement> {
     if seeds.is_empty() {
         anyhow::bail!("measure-ui needs at least one seed");
     }
@@ -121,6 +130,7 @@ pub fn measure_in_window(settings: Settings, seeds: Vec<u64>) -> anyhow::Result<
         options,
         Box::new(move |cc| {
             let engine = engine_thread::spawn(Some(cc.egui_ctx.clone()));
+            engine.pacer.set_fixed(stream_frame);
             let app = MentorApp::new(settings, Vec::new(), engine, Box::new(NativeDialogs));
             Ok(Box::new(Measuring { app, seeds, current: None, history_at_start: 0, started: false, measured_since: None, out: out_app }))
         }),

@@ -285,7 +285,8 @@ impl MentorApp {
 }
 
 impl eframe::App for MentorApp {
-    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+    fn ui(&mut self, ui: &mut egui::Ui, frame: &mut eframe::Frame) {
+        self.engine.pacer.record(frame.info().cpu_usage);
         self.frame_ui(ui);
     }
 
