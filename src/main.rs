@@ -180,6 +180,7 @@ fn measure_ui(args: MeasureUiArgs) -> Result<()> {
     if let Some(n) = args.threads {
         mentor_lab::set_threads(n);
     }
+    mentor_lab::app::measure::name_compute_threads();
     let prompt = mentor_lab::presets::preset(&args.prompt).map(|p| p.prompt.to_string()).unwrap_or_else(|| args.prompt.clone());
     let (adaptive, draft_len) = match args.draft_len {
         DraftLen::Auto => (true, 4),
@@ -245,6 +246,17 @@ fn measure_ui(args: MeasureUiArgs) -> Result<()> {
             None => "paced by their cost (100-250 ms)".to_string(),
         }
     );
+    if let Some(cpu) = ui.cpu {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+        println!(
+            "CPU while the window streamed: engine threads {:.1} s, everything else (UI thread, GL driver) {:.1} s = {:.1}% of the machine's {} cores over {:.1} s",
+            cpu.engine_s,
+            cpu.other_s,
+            100.0 * cpu.other_s / (cores * ui.seconds.max(1e-9)),
+            cores,
+            ui.seconds
+        );
+    }
     println!("| run | app window, median e2e (s) | no window, median e2e (s) | app / no window |");
     println!("|---|---|---|---|");
     for (name, a, h) in [

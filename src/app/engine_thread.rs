@@ -100,8 +100,10 @@ const FRAME_COST_SPACING: u64 = 25;
 /// UI never takes more than a few percent of the engine's throughput.
 #[derive(Clone, Default)]
 pub struct FramePacer {
-    /// Running average of a frame's CPU time, µs (0 until a frame is measured).
+    /// Running average of a frame's CPU time as eframe measures it, µs (0 until measured).
     cost_us: Arc<AtomicU32>,
+    /// A frame's CPU time measured over all the UI's threads, µs (0 where unknown).
+    measured_us: Arc<AtomicU32>,
     /// A fixed interval instead (ms), for measurements; 0: paced by cost.
     fixed_ms: Arc<AtomicU32>,
 }
@@ -116,6 +118,13 @@ impl FramePacer {
         self.cost_us.store(avg.round() as u32, Ordering::Relaxed);
     }
 
+    /// Record a frame's CPU time measured over all threads but the engine's (seconds).
+    pub fn record_measured(&self, cpu_s: f64) {
+        if cpu_s.is_finite() && cpu_s >= 0.0 {
+            self.measured_us.store((cpu_s * 1e6).min(u32::MAX as f64).round() as u32, Ordering::Relaxed);
+        }
+    }
+
     /// Use a fixed interval (`None`: pace by the measured frame cost).
     pub fn set_fixed(&self, interval: Option<Duration>) {
         let ms = interval.map(|d| d.as_millis().clamp(1, u32::MAX as u128) as u32).unwrap_or(0);
@@ -128,7 +137,8 @@ impl FramePacer {
         if fixed > 0 {
             return Duration::from_millis(fixed as u64);
         }
-        let paced = Duration::from_micros(self.cost_us.load(Ordering::Relaxed) as u64 * FRAME_COST_SPACING);
+        let cost_us = self.cost_us.load(Ordering::Relaxed).max(self.measured_us.load(Ordering::Relaxed));
+        let paced = Duration::from_micros(cost_us as u64 * FRAME_COST_SPACING);
         paced.clamp(STREAM_FRAME, MAX_STREAM_FRAME)
     }
 }
@@ -389,6 +399,12 @@ mod tests {
         p.record(Some(-1.0));
         p.record(None);
         assert_eq!(p.interval(), before, "unusable measurements are ignored");
+        let p2 = FramePacer::default();
+        p2.record(Some(0.002));
+        p2.record_measured(0.006);
+        assert_eq!(p2.interval(), Duration::from_millis(150), "the larger of the two measures counts");
+        p2.record_measured(f64::NAN);
+        assert_eq!(p2.interval(), Duration::from_millis(150));
         p.set_fixed(Some(Duration::from_millis(40)));
         assert_eq!(p.interval(), Duration::from_millis(40));
         p.set_fixed(None);

@@ -26,7 +26,54 @@ pub struct UiMeasurement {
     pub seconds: f64,
     /// eframe's CPU time of each frame (UI and painting, not the wait for the screen).
     pub frame_cpu_s: Vec<f32>,
+    /// CPU seconds the process's threads used while the measured comparisons ran: the engine's
+    /// (its thread and the compute pool) and everything else (the UI thread, the GL driver's
+    /// threads). None where the platform does not say (Linux only).
+    pub cpu: Option<CpuSplit>,
     pub error: Option<String>,
+}
+
+/// CPU seconds used by the engine's threads and by all others.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CpuSplit {
+    pub engine_s: f64,
+    pub other_s: f64,
+}
+
+impl CpuSplit {
+    /// CPU time of this process's threads so far, split by thread name: the engine thread
+    /// (`mentor-engine`) and the compute pool ([`COMPUTE_THREAD_PREFIX`]) against the rest.
+    /// Linux: `/proc/self/task/*/schedstat` (nanoseconds on the CPU).
+    pub fn now() -> Option<CpuSplit> {
+        let mut split = CpuSplit::default();
+        for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            let dir = task.path();
+            let (Ok(name), Ok(stat)) = (std::fs::read_to_string(dir.join("comm")), std::fs::read_to_string(dir.join("schedstat"))) else {
+                continue; // the thread ended meanwhile
+            };
+            let Some(ns) = stat.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()) else { continue };
+            let name = name.trim();
+            if name == "mentor-engine" || name.starts_with(COMPUTE_THREAD_PREFIX) {
+                split.engine_s += ns * 1e-9;
+            } else {
+                split.other_s += ns * 1e-9;
+            }
+        }
+        Some(split)
+    }
+
+    pub fn since(self, start: CpuSplit) -> CpuSplit {
+        CpuSplit { engine_s: self.engine_s - start.engine_s, other_s: self.other_s - start.other_s }
+    }
+}
+
+/// Name prefix of the compute pool's threads during a measurement (see [`name_compute_threads`]).
+pub const COMPUTE_THREAD_PREFIX: &str = "mentor-cpu-";
+
+/// Build rayon's global pool (our kernels' threads) with names, so that their CPU time can be told
+/// from the UI's. Call before anything computes; harmless if the pool exists already.
+pub fn name_compute_threads() {
+    let _ = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("{COMPUTE_THREAD_PREFIX}{i}")).build_global();
 }
 
 struct Measuring {
@@ -38,6 +85,7 @@ struct Measuring {
     history_at_start: usize,
     started: bool,
     measured_since: Option<Instant>,
+    cpu_at_start: Option<CpuSplit>,
     out: Arc<Mutex<UiMeasurement>>,
 }
 
@@ -53,6 +101,10 @@ impl Measuring {
         if let Ok(mut out) = self.out.lock() {
             out.error = error;
             out.seconds = self.measured_since.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
+            out.cpu = match (CpuSplit::now(), self.cpu_at_start) {
+                (Some(end), Some(start)) => Some(end.since(start)),
+                _ => None,
+            };
         }
         ctx.send_viewport_cmd(egui::ViewportCommand::Close);
     }
@@ -61,7 +113,7 @@ impl Measuring {
 impl eframe::App for Measuring {
     fn ui(&mut self, ui: &mut egui::Ui, frame: &mut eframe::Frame) {
         let ctx = ui.ctx().clone();
-        self.app.engine.pacer.record(frame.info().cpu_usage);
+        self.app.pace_frames(frame.info().cpu_usage);
         if let Some(cost) = frame.info().cpu_usage {
             if let Ok(mut out) = self.out.lock() {
                 out.frame_cpu_s.push(cost);
@@ -102,6 +154,7 @@ impl eframe::App for Measuring {
         } else {
             self.current = Some(0);
             self.measured_since = Some(Instant::now());
+            self.cpu_at_start = CpuSplit::now();
         }
         let seed = self.seeds[self.current.unwrap_or(0)];
         self.start(seed);
@@ -132,7 +185,7 @@ pub fn measure_in_window(settings: Settings, seeds: Vec<u64>, stream_frame: Opti
             let engine = engine_thread::spawn(Some(cc.egui_ctx.clone()));
             engine.pacer.set_fixed(stream_frame);
             let app = MentorApp::new(settings, Vec::new(), engine, Box::new(NativeDialogs));
-            Ok(Box::new(Measuring { app, seeds, current: None, history_at_start: 0, started: false, measured_since: None, out: out_app }))
+            Ok(Box::new(Measuring { app, seeds, current: None, history_at_start: 0, started: false, measured_since: None, cpu_at_start: None, out: out_app }))
         }),
     )
     .map_err(|e| anyhow::anyhow!("the window could not be opened: {e}"))?;
