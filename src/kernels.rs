@@ -258,11 +258,16 @@ fn batched_matmul(k: &impl RowKernel, x: &[f32], n_rows: usize) -> Vec<f32> {
                 &mut heap
             };
             k.rows_for(o0..o1, &xq, buf);
-            for (i, per_row) in buf.chunks_exact(n_rows).enumerate() {
-                for (r, &v) in per_row.iter().enumerate() {
-                    // SAFETY: `r * n_out + o0 + i` < n_rows * n_out, and tasks own disjoint
-                    // output columns `o`, so no two tasks write the same element.
-                    unsafe { *y_ptr.get().add(r * n_out + o0 + i) = v };
+            // `buf` is (output, row); `y` is (row, output): write each row's run of outputs in
+            // order (the other loop order writes n_out apart every time, and was ~12% of a
+            // 9-token forward here, mostly for the 49152-wide head).
+            for r in 0..n_rows {
+                // SAFETY: `r * n_out + o0 + i` < n_rows * n_out for i < o1 - o0, and tasks own
+                // disjoint output columns `o`, so no two tasks write the same element.
+                let dst = unsafe { y_ptr.get().add(r * n_out + o0) };
+                for (i, per_row) in buf.chunks_exact(n_rows).enumerate() {
+                    // SAFETY: as above.
+                    unsafe { *dst.add(i) = per_row[r] };
                 }
             }
             o0 = o1;
