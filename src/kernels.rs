@@ -157,19 +157,24 @@ trait RowKernel: Sync {
     /// Safety: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     unsafe fn group_avx2_n(&self, o: usize, r0: usize, n: usize, xq: &Q8Rows, out: &mut [f32]);
+    /// Most rows `group_avx2_n` takes at once (≤ MAX_GROUP).
+    #[cfg(target_arch = "x86_64")]
+    fn max_group(&self) -> usize {
+        MAX_GROUP
+    }
 
     fn rows_for(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
             if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
                 let n_rows = xq.n_rows;
+                // Rows in near-equal groups of at most max_group (with 5: 9 rows → 5 + 4, 8 → 4 + 4;
+                // larger groups spill registers): a group's accumulators stay in registers, each
+                // weight block is loaded once per group, and the output row's weights stay in L1
+                // across groups.
+                let n_groups = n_rows.div_ceil(self.max_group());
                 for (i, o) in outs.enumerate() {
                     let out = &mut local[i * n_rows..(i + 1) * n_rows];
-                    // Rows in near-equal groups of at most MAX_GROUP (9 rows → 5 + 4, 8 → 4 + 4;
-                    // larger groups spill registers): a group's accumulators stay in registers,
-                    // each weight block is loaded once per group, and the output row's weights
-                    // stay in L1 across groups.
-                    let n_groups = n_rows.div_ceil(MAX_GROUP);
                     let mut r0 = 0;
                     for g in 0..n_groups {
                         let n = (n_rows - r0).div_ceil(n_groups - g);
@@ -542,6 +547,18 @@ impl RowKernel for Q8Matrix {
     }
     fn portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         self.rows_portable(outs, xq, local);
+    }
+    /// AVX2 alone has 16 vector registers: 5 rows' integer and float accumulators plus the
+    /// weights, their absolute values, the activations and a constant do not fit, and a 9-row
+    /// product (5 + 4) cost 2.5x a 4-row one in `cargo bench` (AMD EPYC without AVX-512). VNNI
+    /// needs fewer temporaries, and AVX-512VL gives 32 registers.
+    #[cfg(target_arch = "x86_64")]
+    fn max_group(&self) -> usize {
+        if use_vnni() {
+            MAX_GROUP
+        } else {
+            4
+        }
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn group_avx2_n(&self, o: usize, r0: usize, n: usize, xq: &Q8Rows, out: &mut [f32]) {
