@@ -67,7 +67,7 @@ impl CpuSplit {
     }
 }
 
-/// Name prefix of the compute pool's threads during a measurement (see [`name_compute_threads`]).
+/// Name prefix of the compute pool's threads (see [`name_compute_threads`]).
 pub const COMPUTE_THREAD_PREFIX: &str = "mentor-cpu-";
 
 /// Build rayon's global pool (our kernels' threads) with names, so that their CPU time can be told
