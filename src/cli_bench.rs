@@ -222,6 +222,9 @@ pub struct CostArgs {
     /// Timed repetitions per measurement (the median is reported).
     #[arg(long, default_value_t = 15)]
     repeats: usize,
+    /// Numbers of new tokens to time, comma-separated (k = 1, the reference, is always timed).
+    #[arg(long, value_delimiter = ',', default_values_t = [2usize, 4, 8, 9, 16])]
+    k: Vec<usize>,
 }
 
 /// `mentor-lab cost`: decode and prefill speed of the target, and the cost of one forward over
@@ -260,7 +263,12 @@ pub fn cost(args: CostArgs) -> Result<()> {
     println!("| k new tokens | forward ms | relative to k = 1 |");
     println!("|---|---|---|");
     let mut base = f64::NAN;
-    for k in [1usize, 2, 4, 8, 9, 16] {
+    let mut ks = vec![1usize];
+    ks.extend(args.k.iter().copied().filter(|&k| k > 1));
+    if let Some(&k) = ks.iter().find(|&&k| k > ctx.len()) {
+        bail!("--k {k}: at most {} new tokens (the timing context's length)", ctx.len());
+    }
+    for k in ks {
         let new: Vec<u32> = ctx[..k].to_vec();
         let t = time(&mut || {
             m.model.truncate(ctx.len());

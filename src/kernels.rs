@@ -1,14 +1,14 @@
-//! A batched Q8_0 matrix multiply for the CPU: `y = x W^T` for a few activation rows at once.
+//! Batched quantized matrix multiplies for the CPU: `y = x W^T` for a few activation rows at once.
 //!
 //! Why: speculative verification runs the target over k + 1 tokens. candle's quantized matmul
 //! treats every activation row as a separate matrix-vector product, so each row streams the whole
 //! weight matrix from memory again and verifying 9 tokens costs ~7 single steps. Here each weight
 //! block is loaded once and used for every row while it is in registers, so the cost of extra rows
-//! is arithmetic only (~2.5x for 9 rows on 2 AVX2 cores instead of ~7x).
+//! is arithmetic only.
 //!
-//! Format: Q8_0 as in GGML — blocks of 32 weights, each an f32 scale and 32 signed bytes. The
-//! activations are quantized the same way per row, so a block's dot product is
-//! `scale_w * scale_x * Σ w_i x_i` with an exact integer sum. Per (row, block) the arithmetic is the
+//! Formats: Q8_0 ([`Q8Matrix`]) and the 4-bit Q4_1 / Q4_0 ([`Q4Matrix`]) as in GGML, blocks of 32
+//! weights with their own scale. The activations are quantized to Q8_0 per row, so a block's dot
+//! product is an exact integer sum times the two scales. Per (row, block) the arithmetic is the
 //! same whatever the number of rows, so a batched result equals the single-row result exactly.
 
 use rayon::prelude::*;
@@ -40,32 +40,50 @@ pub struct Q8Matrix {
 /// Blocks per interleaved group: one 256-bit lane of 4 bytes per block.
 const GROUP_BLOCKS: usize = 8;
 
-/// Reorder one row of quants so that each group of 8 whole blocks (256 bytes) is stored as 8
-/// vectors of 32 bytes where vector k, lane i (4 bytes) holds bytes 4k..4k+3 of block i. A
-/// multiply-add of such vectors sums 4 products per lane, all from one block, so adding the 8
-/// vectors' results gives the 8 blocks' dot products in the 8 lanes of one register: the block
-/// scales are then applied once per 8 blocks, with one vector multiply, instead of per block.
-/// Blocks after the last whole group stay in place.
-fn interleave_row(row: &mut [i8]) {
-    let mut tmp = [0i8; GROUP_BLOCKS * BLOCK];
-    for group in row.chunks_exact_mut(GROUP_BLOCKS * BLOCK) {
-        for (k, vector) in tmp.chunks_exact_mut(BLOCK).enumerate() {
-            for (i, lane) in vector.chunks_exact_mut(4).enumerate() {
-                lane.copy_from_slice(&group[i * BLOCK + 4 * k..i * BLOCK + 4 * k + 4]);
-            }
+/// The chunks a row of `nb` blocks is stored in, as (first block, blocks): whole groups of 8, then
+/// one chunk each of 4, 2 and 1 blocks as the rest needs (a width of 576 = 18 blocks is 8 + 8 + 2).
+fn chunks(nb: usize) -> impl Iterator<Item = (usize, usize)> {
+    let whole = nb / GROUP_BLOCKS * GROUP_BLOCKS;
+    let rest = nb - whole;
+    let tails = [4, 2, 1].into_iter().filter(move |&size| rest & size != 0).scan(whole, |b0, size| {
+        let chunk = (*b0, size);
+        *b0 += size;
+        Some(chunk)
+    });
+    (0..whole).step_by(GROUP_BLOCKS).map(|b0| (b0, GROUP_BLOCKS)).chain(tails)
+}
+
+/// Where byte `p` of a stored chunk of `size` blocks comes from, as an offset into the chunk's
+/// blocks in plain order. The chunk is `size` vectors of 32 bytes; lane i (4 bytes) of vector v
+/// holds 4 bytes of block i % size, its bytes 4·((8 / size)·v + i / size) onward. A multiply-add
+/// of such vectors sums 4 products per lane, all from one block, so adding the chunk's vectors'
+/// results leaves each lane with part of one block's dot product: the block scales are then applied
+/// to all 8 lanes with one vector multiply (the scales repeated to match), instead of per block.
+/// For 8 blocks, lane i of vector v is bytes 4v..4v+3 of block i; for 1 block, plain order.
+#[inline]
+fn chunk_source(p: usize, size: usize) -> usize {
+    let (v, i, l) = (p / BLOCK, p % BLOCK / 4, p % 4);
+    (i % size) * BLOCK + 4 * ((GROUP_BLOCKS / size) * v + i / size) + l
+}
+
+/// Reorder one row of quants from plain block order into the chunk layout ([`chunk_source`]).
+fn interleave_row<T: Copy>(row: &mut [T]) {
+    let plain = row.to_vec();
+    for (b0, size) in chunks(row.len() / BLOCK) {
+        let (src, dst) = (&plain[b0 * BLOCK..(b0 + size) * BLOCK], &mut row[b0 * BLOCK..(b0 + size) * BLOCK]);
+        for (p, d) in dst.iter_mut().enumerate() {
+            *d = src[chunk_source(p, size)];
         }
-        group.copy_from_slice(&tmp);
     }
 }
 
 /// The inverse of [`interleave_row`]: the row in plain block order.
-fn deinterleave_row(row: &[i8]) -> Vec<i8> {
+fn deinterleave_row<T: Copy>(row: &[T]) -> Vec<T> {
     let mut plain = row.to_vec();
-    for (group, stored) in plain.chunks_exact_mut(GROUP_BLOCKS * BLOCK).zip(row.chunks_exact(GROUP_BLOCKS * BLOCK)) {
-        for (k, vector) in stored.chunks_exact(BLOCK).enumerate() {
-            for (i, lane) in vector.chunks_exact(4).enumerate() {
-                group[i * BLOCK + 4 * k..i * BLOCK + 4 * k + 4].copy_from_slice(lane);
-            }
+    for (b0, size) in chunks(row.len() / BLOCK) {
+        let (src, dst) = (&row[b0 * BLOCK..(b0 + size) * BLOCK], &mut plain[b0 * BLOCK..(b0 + size) * BLOCK]);
+        for (p, &s) in src.iter().enumerate() {
+            dst[chunk_source(p, size)] = s;
         }
     }
     plain
@@ -82,8 +100,8 @@ struct Q8Rows {
     n_rows: usize,
     scales: Vec<f32>, // (n_rows, n_in / 32)
     quants: Vec<i8>,  // (n_rows, n_in)
-    /// The same quants with each row interleaved like the Q8 weights (the Q8 SIMD kernels read
-    /// these, the Q4 kernels and the portable paths the plain ones; both cost n_rows · n_in bytes).
+    /// The same quants with each row interleaved like the Q8 weights (the SIMD kernels read
+    /// these, the portable paths the plain ones; both cost n_rows · n_in bytes).
     quants_il: Vec<i8>,
     /// `quants_il + 128` as unsigned bytes, for VNNI's unsigned × signed multiply-add (see
     /// [`Q8Matrix::wsum128`]); filled only when the VNNI kernels will read it.
@@ -412,9 +430,6 @@ impl Q8Matrix {
     unsafe fn group_body<const N: usize, const VNNI: bool>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
         use std::arch::x86_64::*;
         let nb = self.n_in / BLOCK;
-        let ones = _mm256_set1_epi16(1);
-        let wq = self.quants.as_ptr().add(o * self.n_in);
-        let ws = self.scales.as_ptr().add(o * nb);
         let mut xp = [std::ptr::null::<i8>(); N];
         let mut xs = [std::ptr::null::<f32>(); N];
         let mut xu = [std::ptr::null::<u8>(); N];
@@ -425,34 +440,69 @@ impl Q8Matrix {
                 xu[j] = xq.quants_u8.as_ptr().add((r0 + j) * self.n_in);
             }
         }
-        // Whole groups of 8 blocks (interleaved): integer block sums in the 8 lanes, scaled once.
+        let rows = ChunkRows { xp, xs, xu };
+        let mut acc = [_mm256_setzero_ps(); N];
+        // The same chunks in the same order for any number of rows (see `chunks`), so that
+        // batched results equal single-row results exactly.
         let n_groups = nb / GROUP_BLOCKS;
-        let mut acc_g = [_mm256_setzero_ps(); N];
         for g in 0..n_groups {
-            let base = g * GROUP_BLOCKS * BLOCK;
-            let mut isum = [_mm256_setzero_si256(); N];
-            if VNNI && N >= 2 {
-                // Unsigned activations (x + 128) straight into vpdpbusd, one instruction per row
-                // and vector; the +128 is taken back once per group with the weights' block sums.
-                for k in 0..GROUP_BLOCKS {
-                    let w = _mm256_loadu_si256(wq.add(base + k * BLOCK) as *const __m256i);
-                    for j in 0..N {
-                        let x = _mm256_loadu_si256(xu[j].add(base + k * BLOCK) as *const __m256i);
-                        isum[j] = _mm256_dpbusd_epi32(isum[j], x, w);
-                    }
-                }
-                let offset = _mm256_loadu_si256(self.wsum128.as_ptr().add(o * nb + g * GROUP_BLOCKS) as *const __m256i);
+            self.chunk::<N, 8, VNNI>(o, g * GROUP_BLOCKS, &rows, &mut acc);
+        }
+        let (mut b0, rest) = (n_groups * GROUP_BLOCKS, nb % GROUP_BLOCKS);
+        if rest & 4 != 0 {
+            self.chunk::<N, 4, VNNI>(o, b0, &rows, &mut acc);
+            b0 += 4;
+        }
+        if rest & 2 != 0 {
+            self.chunk::<N, 2, VNNI>(o, b0, &rows, &mut acc);
+            b0 += 2;
+        }
+        if rest & 1 != 0 {
+            self.chunk::<N, 1, VNNI>(o, b0, &rows, &mut acc);
+        }
+        for j in 0..N {
+            out[j] = hsum256(acc[j]);
+        }
+    }
+
+    /// One chunk of `SIZE` blocks from block `b0` of output `o`, added to each row's accumulator:
+    /// integer block sums in the 8 lanes (see [`chunk_source`]), then scaled once.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn chunk<const N: usize, const SIZE: usize, const VNNI: bool>(
+        &self,
+        o: usize,
+        b0: usize,
+        rows: &ChunkRows<N>,
+        acc: &mut [std::arch::x86_64::__m256; N],
+    ) {
+        use std::arch::x86_64::*;
+        let nb = self.n_in / BLOCK;
+        let wq = self.quants.as_ptr().add(o * self.n_in + b0 * BLOCK);
+        let mut isum = [_mm256_setzero_si256(); N];
+        if VNNI && N >= 2 && SIZE == GROUP_BLOCKS {
+            // Unsigned activations (x + 128) straight into vpdpbusd, one instruction per row and
+            // vector; the +128 is taken back once per group with the weights' block sums.
+            for v in 0..SIZE {
+                let w = _mm256_loadu_si256(wq.add(v * BLOCK) as *const __m256i);
                 for j in 0..N {
-                    isum[j] = _mm256_sub_epi32(isum[j], offset);
+                    let x = _mm256_loadu_si256(rows.xu[j].add(b0 * BLOCK + v * BLOCK) as *const __m256i);
+                    isum[j] = _mm256_dpbusd_epi32(isum[j], x, w);
                 }
-            } else {
-            for k in 0..GROUP_BLOCKS {
-                let w = _mm256_loadu_si256(wq.add(base + k * BLOCK) as *const __m256i);
+            }
+            let offset = _mm256_loadu_si256(self.wsum128.as_ptr().add(o * nb + b0) as *const __m256i);
+            for j in 0..N {
+                isum[j] = _mm256_sub_epi32(isum[j], offset);
+            }
+        } else {
+            let ones = _mm256_set1_epi16(1);
+            for v in 0..SIZE {
+                let w = _mm256_loadu_si256(wq.add(v * BLOCK) as *const __m256i);
                 // |w| is unsigned and x takes w's sign: maddubs(|w|, sign(x, w)) sums w·x in
                 // pairs, and |w|, |x| ≤ 127 keeps each pair sum inside i16.
                 let w_abs = _mm256_sign_epi8(w, w);
                 for j in 0..N {
-                    let x = _mm256_loadu_si256(xp[j].add(base + k * BLOCK) as *const __m256i);
+                    let x = _mm256_loadu_si256(rows.xp[j].add(b0 * BLOCK + v * BLOCK) as *const __m256i);
                     let x_signed = _mm256_sign_epi8(x, w);
                     isum[j] = if VNNI {
                         _mm256_dpbusd_epi32(isum[j], w_abs, x_signed)
@@ -461,34 +511,51 @@ impl Q8Matrix {
                     };
                 }
             }
-            }
-            let w_scales = _mm256_loadu_ps(ws.add(g * GROUP_BLOCKS));
-            for j in 0..N {
-                let scales = _mm256_mul_ps(w_scales, _mm256_loadu_ps(xs[j].add(g * GROUP_BLOCKS)));
-                acc_g[j] = _mm256_fmadd_ps(scales, _mm256_cvtepi32_ps(isum[j]), acc_g[j]);
-            }
         }
-        // The remaining blocks (fewer than 8, stored in place) one at a time, with the same
-        // operations in the same order for any number of rows, so that batched results equal
-        // single-row results exactly.
-        let mut acc = [_mm256_setzero_ps(); N];
-        for b in n_groups * GROUP_BLOCKS..nb {
-            let w = _mm256_loadu_si256(wq.add(b * BLOCK) as *const __m256i);
-            // |w| is unsigned and x takes w's sign: maddubs(|w|, sign(x, w)) sums w·x in pairs,
-            // and |w|, |x| ≤ 127 keeps each pair sum inside i16.
-            let w_abs = _mm256_sign_epi8(w, w);
-            let w_scale = *ws.add(b);
-            for j in 0..N {
-                let x = _mm256_loadu_si256(xp[j].add(b * BLOCK) as *const __m256i);
-                let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), ones);
-                let scale = _mm256_set1_ps(w_scale * *xs[j].add(b));
-                acc[j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[j]);
-            }
-        }
+        let w_scales = repeat_ps(self.scales.as_ptr().add(o * nb + b0), SIZE);
         for j in 0..N {
-            out[j] = hsum256(_mm256_add_ps(acc_g[j], acc[j]));
+            let scales = _mm256_mul_ps(w_scales, repeat_ps(rows.xs[j].add(b0), SIZE));
+            acc[j] = _mm256_fmadd_ps(scales, _mm256_cvtepi32_ps(isum[j]), acc[j]);
         }
     }
+}
+
+/// The activation rows one kernel call reads: quants (chunk layout), scales and, for VNNI, the
+/// quants as unsigned bytes.
+#[cfg(target_arch = "x86_64")]
+struct ChunkRows<const N: usize> {
+    xp: [*const i8; N],
+    xs: [*const f32; N],
+    xu: [*const u8; N],
+}
+
+/// 8 lanes from the `size` floats at `p` repeated (lane i = p[i % size]): the scales of a chunk's
+/// blocks in the order of its lanes ([`chunk_source`]).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn repeat_ps(p: *const f32, size: usize) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    match size {
+        8 => _mm256_loadu_ps(p),
+        4 => {
+            let v = _mm_loadu_ps(p);
+            _mm256_insertf128_ps(_mm256_castps128_ps256(v), v, 1)
+        }
+        2 => _mm256_castpd_ps(_mm256_set1_pd(std::ptr::read_unaligned(p as *const f64))),
+        _ => _mm256_set1_ps(*p),
+    }
+}
+
+/// The `size` floats at `p` in lanes 0..size, zeros in the others.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn first_ps(p: *const f32, size: usize) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    if size == GROUP_BLOCKS {
+        return _mm256_loadu_ps(p);
+    }
+    let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(size as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_and_ps(repeat_ps(p, size), _mm256_castsi256_ps(keep))
 }
 
 impl RowKernel for Q8Matrix {
@@ -496,14 +563,14 @@ impl RowKernel for Q8Matrix {
         self.n_out
     }
 
-    /// Apple Silicon's CPU path: the interleaved layout works for NEON too. A 32-byte vector of a
-    /// group is two 16-byte halves whose 4-byte lanes belong to blocks 0–3 and 4–7, so the
-    /// multiply-adds of a group leave the 8 blocks' integer sums in two registers, scaled once.
+    /// Apple Silicon's CPU path: the chunk layout works for NEON too. A 32-byte vector of a chunk
+    /// is two 16-byte halves whose 4-byte lanes are lanes 0–3 and 4–7 of the AVX2 register, so the
+    /// multiply-adds of a group of 8 blocks leave the 8 blocks' integer sums in two registers,
+    /// scaled once; smaller chunks add the lanes of each block first.
     #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
     fn rows_neon(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) -> bool {
         use std::arch::aarch64::*;
         let nb = self.n_in / BLOCK;
-        let n_groups = nb / GROUP_BLOCKS;
         for (i, o) in outs.enumerate() {
             for r in 0..xq.n_rows {
                 // SAFETY: every pointer below stays inside row `o` of the weights (n_in quants,
@@ -514,29 +581,37 @@ impl RowKernel for Q8Matrix {
                     let xp = xq.quants_il.as_ptr().add(r * self.n_in);
                     let xs = xq.scales.as_ptr().add(r * nb);
                     let mut acc = vdupq_n_f32(0.0);
-                    for g in 0..n_groups {
-                        let base = g * GROUP_BLOCKS * BLOCK;
+                    let mut total = 0f32;
+                    for (b0, size) in chunks(nb) {
                         let (mut lo, mut hi) = (vdupq_n_s32(0), vdupq_n_s32(0));
-                        for k in 0..GROUP_BLOCKS {
-                            let at = base + k * BLOCK;
+                        for v in 0..size {
+                            let at = (b0 + v) * BLOCK;
                             lo = dot4_neon(lo, vld1q_s8(wq.add(at)), vld1q_s8(xp.add(at)));
                             hi = dot4_neon(hi, vld1q_s8(wq.add(at + 16)), vld1q_s8(xp.add(at + 16)));
                         }
-                        let at = g * GROUP_BLOCKS;
-                        let s_lo = vmulq_f32(vld1q_f32(ws.add(at)), vld1q_f32(xs.add(at)));
-                        let s_hi = vmulq_f32(vld1q_f32(ws.add(at + 4)), vld1q_f32(xs.add(at + 4)));
-                        acc = vfmaq_f32(acc, s_lo, vcvtq_f32_s32(lo));
-                        acc = vfmaq_f32(acc, s_hi, vcvtq_f32_s32(hi));
+                        let scale = |b: usize| *ws.add(b) * *xs.add(b);
+                        match size {
+                            8 => {
+                                let s_lo = vmulq_f32(vld1q_f32(ws.add(b0)), vld1q_f32(xs.add(b0)));
+                                let s_hi = vmulq_f32(vld1q_f32(ws.add(b0 + 4)), vld1q_f32(xs.add(b0 + 4)));
+                                acc = vfmaq_f32(acc, s_lo, vcvtq_f32_s32(lo));
+                                acc = vfmaq_f32(acc, s_hi, vcvtq_f32_s32(hi));
+                            }
+                            4 => {
+                                // Lanes i and i + 4 both belong to block i.
+                                let s = vmulq_f32(vld1q_f32(ws.add(b0)), vld1q_f32(xs.add(b0)));
+                                acc = vfmaq_f32(acc, s, vcvtq_f32_s32(vaddq_s32(lo, hi)));
+                            }
+                            2 => {
+                                // Even lanes belong to the first block, odd lanes to the second.
+                                let both = vaddq_s32(lo, hi);
+                                let pair = vadd_s32(vget_low_s32(both), vget_high_s32(both));
+                                total += scale(b0) * vget_lane_s32::<0>(pair) as f32 + scale(b0 + 1) * vget_lane_s32::<1>(pair) as f32;
+                            }
+                            _ => total += scale(b0) * vaddvq_s32(vaddq_s32(lo, hi)) as f32,
+                        }
                     }
-                    let mut total = vaddvq_f32(acc);
-                    // Blocks after the last whole group, stored in place.
-                    for b in n_groups * GROUP_BLOCKS..nb {
-                        let at = b * BLOCK;
-                        let d = dot4_neon(vdupq_n_s32(0), vld1q_s8(wq.add(at)), vld1q_s8(xp.add(at)));
-                        let d = dot4_neon(d, vld1q_s8(wq.add(at + 16)), vld1q_s8(xp.add(at + 16)));
-                        total += *ws.add(b) * *xs.add(b) * vaddvq_s32(d) as f32;
-                    }
-                    total
+                    vaddvq_f32(acc) + total
                 };
             }
         }
@@ -582,19 +657,58 @@ fn use_vnni() -> bool {
 }
 
 /// A 4-bit matrix `(n_out, n_in)` as GGML's Q4_1 (and Q4_0, with m = −8·d): each block of 32
-/// weights is `d · q + m` with q in 0..15, two per byte (low nibbles are weights 0..15 of the
-/// block, high nibbles 16..31). Half the bytes of Q8_0, so a decode step, which is bound by
-/// reading the weights, is cheaper; and it is exactly the file's own quantization.
+/// weights is `d · q + m` with q in 0..15. Half the bytes of Q8_0, so a decode step, which is
+/// bound by reading the weights, is cheaper; and it is exactly the file's own quantization.
 ///
 /// Block dot product with Q8_0 activations (scale s, quants x):
-/// Σ (d·q_i + m)·s·x_i = d·s·Σ q_i·x_i + m·s·Σ x_i.
+/// Σ (d·q_i + m)·s·x_i = d·s·Σ q_i·x_i + m·s·Σ x_i, where s·Σ x_i is computed once per activation
+/// block ([`Q8Rows::scaled_sums`]).
+///
+/// Layout ([`pack_q4_row`]): each group of 8 whole blocks is the interleaved layout of the Q8
+/// kernel (vector k, lane i = weights 4k..4k+3 of block i) with vectors 2t and 2t+1 packed into
+/// the low and high nibbles of one 32-byte chunk t; blocks after the last whole group keep GGML's
+/// 16 bytes (weight j in the low nibble, j + 16 in the high one).
 #[derive(Debug, Clone)]
 pub struct Q4Matrix {
     pub n_out: usize,
     pub n_in: usize,
     d: Vec<f32>,      // (n_out, n_in / 32)
     m: Vec<f32>,      // (n_out, n_in / 32)
-    nibbles: Vec<u8>, // (n_out, n_in / 2)
+    nibbles: Vec<u8>, // (n_out, n_in / 2), each row packed by `pack_q4_row`
+}
+
+/// Pack one row of 4-bit quants, given in plain order (`q[i]` is weight i, 0..15), as
+/// [`Q4Matrix`] stores it: in the chunk layout of the Q8 kernel ([`chunk_source`]), vectors 2t and
+/// 2t + 1 of a chunk in the low and high nibbles of its 32 bytes t; a chunk of one block (one
+/// vector) as GGML stores a block, byte j holding weights j and j + 16.
+fn pack_q4_row(q: &[u8], packed: &mut [u8]) {
+    let mut il = q.to_vec();
+    interleave_row(&mut il);
+    for (b0, size) in chunks(q.len() / BLOCK) {
+        let (src, dst) = (&il[b0 * BLOCK..(b0 + size) * BLOCK], &mut packed[b0 * BLOCK / 2..(b0 + size) * BLOCK / 2]);
+        let half = if size == 1 { BLOCK / 2 } else { BLOCK };
+        for (t, out) in dst.chunks_exact_mut(half).enumerate() {
+            for (j, byte) in out.iter_mut().enumerate() {
+                *byte = src[2 * t * half + j] | (src[(2 * t + 1) * half + j] << 4);
+            }
+        }
+    }
+}
+
+/// The inverse of [`pack_q4_row`]: weight i's quant for i in 0..n_in.
+fn unpack_q4_row(packed: &[u8], n_in: usize) -> Vec<u8> {
+    let mut il = vec![0u8; n_in];
+    for (b0, size) in chunks(n_in / BLOCK) {
+        let (src, dst) = (&packed[b0 * BLOCK / 2..(b0 + size) * BLOCK / 2], &mut il[b0 * BLOCK..(b0 + size) * BLOCK]);
+        let half = if size == 1 { BLOCK / 2 } else { BLOCK };
+        for (t, bytes) in src.chunks_exact(half).enumerate() {
+            for (j, &byte) in bytes.iter().enumerate() {
+                dst[2 * t * half + j] = byte & 0x0F;
+                dst[(2 * t + 1) * half + j] = byte >> 4;
+            }
+        }
+    }
+    deinterleave_row(&il)
 }
 
 impl Q4Matrix {
@@ -631,16 +745,20 @@ impl Q4Matrix {
         }
         let n_blocks = n_out * n_in / BLOCK;
         let (mut d, mut m) = (Vec::with_capacity(n_blocks), Vec::with_capacity(n_blocks));
-        let mut nibbles = Vec::with_capacity(n_out * n_in / 2);
-        for blk in bytes.chunks_exact(block_bytes) {
-            let scale = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-            d.push(scale);
-            if min {
-                m.push(half::f16::from_le_bytes([blk[2], blk[3]]).to_f32());
-                nibbles.extend_from_slice(&blk[4..]);
-            } else {
-                m.push(-8.0 * scale);
-                nibbles.extend_from_slice(&blk[2..]);
+        let mut nibbles = vec![0u8; n_out * n_in / 2];
+        let mut plain = vec![0u8; n_in];
+        if n_in > 0 {
+            for (row, packed) in bytes.chunks_exact(n_in / BLOCK * block_bytes).zip(nibbles.chunks_exact_mut(n_in / 2)) {
+                for (blk, q) in row.chunks_exact(block_bytes).zip(plain.chunks_exact_mut(BLOCK)) {
+                    let scale = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                    d.push(scale);
+                    m.push(if min { half::f16::from_le_bytes([blk[2], blk[3]]).to_f32() } else { -8.0 * scale });
+                    for (j, &byte) in blk[block_bytes - 16..].iter().enumerate() {
+                        q[j] = byte & 0x0F;
+                        q[j + 16] = byte >> 4;
+                    }
+                }
+                pack_q4_row(&plain, packed);
             }
         }
         Some(Q4Matrix { n_out, n_in, d, m, nibbles })
@@ -653,16 +771,13 @@ impl Q4Matrix {
     fn rows_portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         let nb = self.n_in / BLOCK;
         for (i, o) in outs.enumerate() {
+            let q = unpack_q4_row(&self.nibbles[o * self.n_in / 2..(o + 1) * self.n_in / 2], self.n_in);
             for r in 0..xq.n_rows {
                 let mut acc = 0f32;
                 let mut offset = 0f32;
                 for b in 0..nb {
-                    let nib = &self.nibbles[(o * nb + b) * 16..][..16];
                     let x = &xq.quants[r * self.n_in + b * BLOCK..][..BLOCK];
-                    let mut s = 0i32;
-                    for j in 0..16 {
-                        s += (nib[j] & 0x0F) as i32 * x[j] as i32 + (nib[j] >> 4) as i32 * x[j + 16] as i32;
-                    }
+                    let s: i32 = q[b * BLOCK..][..BLOCK].iter().zip(x).map(|(&w, &x)| w as i32 * x as i32).sum();
                     acc += self.d[o * nb + b] * xq.scales[r * nb + b] * s as f32;
                     offset += self.m[o * nb + b] * xq.scaled_sums[r * nb + b];
                 }
@@ -671,45 +786,98 @@ impl Q4Matrix {
         }
     }
 
+    /// Output `o` for activation rows `r0 .. r0 + N` (AVX2).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     #[inline]
     unsafe fn group_avx2<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
         use std::arch::x86_64::*;
         let nb = self.n_in / BLOCK;
-        let ones = _mm256_set1_epi16(1);
-        let low = _mm_set1_epi8(0x0F);
-        let nib = self.nibbles.as_ptr().add(o * nb * 16);
-        let (d, m) = (self.d.as_ptr().add(o * nb), self.m.as_ptr().add(o * nb));
-        let mut xp = [std::ptr::null::<i8>(); N];
-        let mut xs = [std::ptr::null::<f32>(); N];
+        let mut rows = Q4Rows { xp: [std::ptr::null(); N], xs: [std::ptr::null(); N], xsum: [std::ptr::null(); N] };
         for j in 0..N {
-            xp[j] = xq.quants.as_ptr().add((r0 + j) * self.n_in);
-            xs[j] = xq.scales.as_ptr().add((r0 + j) * nb);
+            // In the chunk layout, like the weights.
+            rows.xp[j] = xq.quants_il.as_ptr().add((r0 + j) * self.n_in);
+            rows.xs[j] = xq.scales.as_ptr().add((r0 + j) * nb);
+            rows.xsum[j] = xq.scaled_sums.as_ptr().add((r0 + j) * nb);
         }
         let mut acc = [_mm256_setzero_ps(); N];
-        for b in 0..nb {
-            // 16 bytes → 32 unsigned 4-bit weights in element order.
-            let raw = _mm_loadu_si128(nib.add(b * 16) as *const __m128i);
-            let lo = _mm_and_si128(raw, low);
-            let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
-            let w = _mm256_set_m128i(hi, lo);
-            let db = *d.add(b);
-            for j in 0..N {
-                let x = _mm256_loadu_si256(xp[j].add(b * BLOCK) as *const __m256i);
-                // q ≤ 15 is unsigned already, so maddubs(q, x) needs no sign juggling, and
-                // 2·15·127 fits in i16.
-                let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
-                acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(db * *xs[j].add(b)), _mm256_cvtepi32_ps(sums), acc[j]);
-            }
+        // The same chunks in the same order for any number of rows (see `chunks`).
+        let n_groups = nb / GROUP_BLOCKS;
+        for g in 0..n_groups {
+            self.chunk::<N, 8>(o, g * GROUP_BLOCKS, &rows, &mut acc);
         }
-        let m = std::slice::from_raw_parts(m, nb);
+        let (mut b0, rest) = (n_groups * GROUP_BLOCKS, nb % GROUP_BLOCKS);
+        if rest & 4 != 0 {
+            self.chunk::<N, 4>(o, b0, &rows, &mut acc);
+            b0 += 4;
+        }
+        if rest & 2 != 0 {
+            self.chunk::<N, 2>(o, b0, &rows, &mut acc);
+            b0 += 2;
+        }
+        if rest & 1 != 0 {
+            self.chunk::<N, 1>(o, b0, &rows, &mut acc);
+        }
         for j in 0..N {
-            let t = &xq.scaled_sums[(r0 + j) * nb..(r0 + j + 1) * nb];
-            let offset: f32 = m.iter().zip(t).map(|(a, b)| a * b).sum();
-            out[j] = hsum256(acc[j]) + offset;
+            out[j] = hsum256(acc[j]);
         }
     }
+
+    /// One chunk of `SIZE` blocks from block `b0` of output `o`, added to each row's accumulator.
+    ///
+    /// Each 32 bytes of the chunk unpack (and, shift, and) into two vectors of unsigned quants in
+    /// the chunk layout, used for all N rows. q ≤ 15 needs no sign fix-up for `maddubs`, and a
+    /// pair sum is at most 2·15·127 = 3810, so up to 8 vectors' 16-bit results add as they are
+    /// (≤ 30480 < 2¹⁵) and widen once per chunk: per row and vector one `maddubs` and one 16-bit
+    /// add, against four operations for Q8_0 without VNNI.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn chunk<const N: usize, const SIZE: usize>(&self, o: usize, b0: usize, rows: &Q4Rows<N>, acc: &mut [std::arch::x86_64::__m256; N]) {
+        use std::arch::x86_64::*;
+        let nb = self.n_in / BLOCK;
+        let nib = self.nibbles.as_ptr().add(o * self.n_in / 2 + b0 * BLOCK / 2);
+        let mut isum = [_mm256_setzero_si256(); N];
+        if SIZE == 1 {
+            let low = _mm_set1_epi8(0x0F);
+            let raw = _mm_loadu_si128(nib as *const __m128i);
+            let w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low), _mm_and_si128(raw, low));
+            for j in 0..N {
+                isum[j] = _mm256_maddubs_epi16(w, _mm256_loadu_si256(rows.xp[j].add(b0 * BLOCK) as *const __m256i));
+            }
+        } else {
+            let mask = _mm256_set1_epi8(0x0F);
+            for t in 0..SIZE / 2 {
+                let raw = _mm256_loadu_si256(nib.add(t * BLOCK) as *const __m256i);
+                let lo = _mm256_and_si256(raw, mask);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+                for j in 0..N {
+                    let x = rows.xp[j].add(b0 * BLOCK + 2 * t * BLOCK);
+                    let x0 = _mm256_loadu_si256(x as *const __m256i);
+                    let x1 = _mm256_loadu_si256(x.add(BLOCK) as *const __m256i);
+                    isum[j] = _mm256_add_epi16(isum[j], _mm256_maddubs_epi16(lo, x0));
+                    isum[j] = _mm256_add_epi16(isum[j], _mm256_maddubs_epi16(hi, x1));
+                }
+            }
+        }
+        let ones = _mm256_set1_epi16(1);
+        let d = repeat_ps(self.d.as_ptr().add(o * nb + b0), SIZE);
+        // The offset term once per block: m in the first SIZE lanes only.
+        let m = first_ps(self.m.as_ptr().add(o * nb + b0), SIZE);
+        for j in 0..N {
+            let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(isum[j], ones));
+            acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(d, repeat_ps(rows.xs[j].add(b0), SIZE)), sums, acc[j]);
+            acc[j] = _mm256_fmadd_ps(m, repeat_ps(rows.xsum[j].add(b0), SIZE), acc[j]);
+        }
+    }
+}
+
+/// The activation rows one Q4 kernel call reads: quants (chunk layout), scales, and
+/// scale · Σ quants per block.
+#[cfg(target_arch = "x86_64")]
+struct Q4Rows<const N: usize> {
+    xp: [*const i8; N],
+    xs: [*const f32; N],
+    xsum: [*const f32; N],
 }
 
 impl RowKernel for Q4Matrix {
@@ -722,9 +890,29 @@ impl RowKernel for Q4Matrix {
     fn portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         self.rows_portable(outs, xq, local);
     }
+    /// 3 rows: the 8 unpacked weight vectors of a group stay in registers for all rows, beside
+    /// each row's two accumulators. `cargo bench` 1536 × 576 (AMD EPYC, AVX2 only, 2 threads):
+    /// 9 rows in 151 µs with groups of 3, 173 µs with 2, 184 µs with 4, 202 µs with 5.
+    #[cfg(target_arch = "x86_64")]
+    fn max_group(&self) -> usize {
+        3
+    }
     #[cfg(target_arch = "x86_64")]
     unsafe fn group_avx2_n(&self, o: usize, r0: usize, n: usize, xq: &Q8Rows, out: &mut [f32]) {
         dispatch_group!(self, o, r0, n, xq, out)
+    }
+}
+
+/// Whether [`Q4Matrix`] has a SIMD path on this CPU (else it runs the portable code, and Q8_0 is
+/// the faster format).
+pub fn q4_has_simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 
@@ -736,17 +924,28 @@ mod tests {
         (0..n).map(|i| (crate::sampling::uniform(seed, i as u64, crate::sampling::Purpose::TargetSample) as f32 - 0.5) * 4.0).collect()
     }
 
+    /// GGML Q4_1 bytes of a pseudo-random `(n_out, n_in)` matrix, quantized by candle.
+    fn q4_1_bytes(n_out: usize, n_in: usize, seed: u64) -> Vec<u8> {
+        let t = candle_core::Tensor::from_vec(pseudo_random(n_out * n_in, seed), (n_out, n_in), &candle_core::Device::Cpu).unwrap();
+        candle_core::quantized::QTensor::quantize(&t, candle_core::quantized::GgmlDType::Q4_1).unwrap().data().unwrap().into_owned()
+    }
+
     #[test]
     fn batched_equals_single_rows_exactly() {
-        // 256: whole groups of 8 blocks only; 576 (the default model's width): two blocks after them.
-        for (n_out, n_in) in [(100, 256), (101, 576)] {
-            let m = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 1), n_out, n_in).unwrap();
-            for n_rows in [1, 2, 3, 5, 7, 9, 17] {
-                let x = pseudo_random(n_rows * n_in, 2 + n_rows as u64);
-                let all = m.matmul(&x, n_rows);
-                for r in 0..n_rows {
-                    let one = m.matmul(&x[r * n_in..(r + 1) * n_in], 1);
-                    assert_eq!(&all[r * n_out..(r + 1) * n_out], &one[..], "{n_out}x{n_in}: row {r} of {n_rows}");
+        // 256: whole groups of 8 blocks only; 576 (the default model's width): a chunk of 2 blocks
+        // after them; 480: chunks of 4, 2 and 1 after one group; 64: no whole group.
+        for (n_out, n_in) in [(100, 256), (101, 576), (37, 480), (35, 64)] {
+            let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 1), n_out, n_in).unwrap();
+            let q4 = Q4Matrix::from_ggml_bytes(&q4_1_bytes(n_out, n_in, 1), n_out, n_in, true).unwrap();
+            let kernels: [(&str, &dyn Fn(&[f32], usize) -> Vec<f32>); 2] = [("q8_0", &|x, n| q8.matmul(x, n)), ("q4_1", &|x, n| q4.matmul(x, n))];
+            for (name, matmul) in kernels {
+                for n_rows in [1, 2, 3, 4, 5, 7, 9, 17] {
+                    let x = pseudo_random(n_rows * n_in, 2 + n_rows as u64);
+                    let all = matmul(&x, n_rows);
+                    for r in 0..n_rows {
+                        let one = matmul(&x[r * n_in..(r + 1) * n_in], 1);
+                        assert_eq!(&all[r * n_out..(r + 1) * n_out], &one[..], "{name} {n_out}x{n_in}: row {r} of {n_rows}");
+                    }
                 }
             }
         }
@@ -779,7 +978,7 @@ mod tests {
 
     #[test]
     fn simd_matches_portable_and_f32() {
-        let (n_out, n_in) = (70, 576);
+        for (n_out, n_in) in [(70, 576), (30, 480), (12, 224)] {
         let w = pseudo_random(n_out * n_in, 3);
         let m = Q8Matrix::from_f32(&w, n_out, n_in).unwrap();
         let n_rows = 9;
@@ -797,6 +996,7 @@ mod tests {
                 assert!((f - exact).abs() < 0.05 * (n_in as f32).sqrt() * 2.0, "q8 {f} vs f32 {exact}");
             }
         }
+        }
     }
 
     fn candle_reference(w: &[f32], x: &[f32], n_out: usize, n_in: usize, n_rows: usize, dtype: candle_core::quantized::GgmlDType) -> (Vec<u8>, Vec<Vec<f32>>) {
@@ -812,9 +1012,8 @@ mod tests {
     #[test]
     fn q4_kernels_match_candle_and_are_batch_exact() {
         use candle_core::quantized::GgmlDType;
-        let (n_out, n_in) = (67, 576);
-        let w = pseudo_random(n_out * n_in, 7);
-        for (dtype, min) in [(GgmlDType::Q4_1, true), (GgmlDType::Q4_0, false)] {
+        for ((n_out, n_in), (dtype, min)) in [(67, 576), (33, 256), (21, 480), (20, 64)].into_iter().flat_map(|s| [(s, (GgmlDType::Q4_1, true)), (s, (GgmlDType::Q4_0, false))]) {
+            let w = pseudo_random(n_out * n_in, 7);
             let n_rows = 9;
             let x = pseudo_random(n_rows * n_in, 8);
             let (bytes, theirs) = candle_reference(&w, &x, n_out, n_in, n_rows, dtype);
@@ -835,6 +1034,36 @@ mod tests {
                 }
             }
             assert!(Q4Matrix::from_ggml_bytes(&bytes[..bytes.len() - 1], n_out, n_in, min).is_none());
+        }
+    }
+
+    #[test]
+    fn chunk_layout_round_trips() {
+        // Every mix of chunks: 8, 8 + 2, 8 + 4 + 2 + 1, 4 + 2 + 1, 2, 1.
+        for n_in in [256, 576, 480, 224, 64, 32] {
+            let plain: Vec<i8> = (0..n_in).map(|i| (i % 251) as i8).collect();
+            let mut row = plain.clone();
+            interleave_row(&mut row);
+            assert_eq!(deinterleave_row(&row), plain, "n_in {n_in}");
+            assert_eq!(chunks(n_in / BLOCK).map(|(_, size)| size).sum::<usize>(), n_in / BLOCK);
+        }
+        assert_eq!(chunks(15).collect::<Vec<_>>(), vec![(0, 8), (8, 4), (12, 2), (14, 1)]);
+        assert_eq!(chunks(18).collect::<Vec<_>>(), vec![(0, 8), (8, 8), (16, 2)]);
+        // Lane i of each vector of a chunk holds bytes of block i % size only.
+        for size in [1, 2, 4, 8] {
+            for p in 0..size * BLOCK {
+                assert_eq!(chunk_source(p, size) / BLOCK, (p % BLOCK / 4) % size, "size {size}, byte {p}");
+            }
+        }
+    }
+
+    #[test]
+    fn q4_packing_round_trips() {
+        for n_in in [576, 480, 256, 224, 64, 32] {
+            let q: Vec<u8> = (0..n_in).map(|i| ((i * 7 + i / 32) % 16) as u8).collect();
+            let mut packed = vec![0u8; n_in / 2];
+            pack_q4_row(&q, &mut packed);
+            assert_eq!(unpack_q4_row(&packed, n_in), q, "n_in {n_in}");
         }
     }
 

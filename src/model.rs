@@ -210,9 +210,22 @@ fn is_fast_on_cpu(d: GgmlDType) -> bool {
     )
 }
 
-/// Formats our batched CPU kernels handle (used as they are in the file by `auto`).
+/// Formats our batched CPU kernels handle.
 fn has_batched_kernel(d: GgmlDType) -> bool {
     matches!(d, GgmlDType::Q8_0 | GgmlDType::Q4_1 | GgmlDType::Q4_0)
+}
+
+/// What `auto` runs a matrix stored as `d` in, on the CPU with our kernels, in a file whose main
+/// format our kernels handle: Q8_0 as it is; the 4-bit formats as they are where the 4-bit kernel
+/// has SIMD (half the bytes of Q8_0 and no re-quantization; measured faster from 1 to 16 rows,
+/// README), else Q8_0; anything else (say a Q6_K output head) Q8_0, so that every matrix runs in
+/// our kernels and the tensor-free step applies.
+fn auto_batched_format(d: GgmlDType) -> Option<GgmlDType> {
+    match d {
+        GgmlDType::Q8_0 => None,
+        GgmlDType::Q4_1 | GgmlDType::Q4_0 if crate::kernels::q4_has_simd() => None,
+        _ => Some(GgmlDType::Q8_0),
+    }
 }
 
 /// The device the engine runs on: Metal when built with the `metal` feature and available.
@@ -246,6 +259,7 @@ impl Transformer {
         let file_dtype = file.main_dtype().unwrap_or(GgmlDType::F32);
         let batched = device.is_cpu() && use_batched_kernel();
         let target_dtype = match format {
+            WeightFormat::Auto if batched && has_batched_kernel(file_dtype) => auto_batched_format(file_dtype),
             WeightFormat::Auto if device.is_cpu() && !is_fast_on_cpu(file_dtype) => Some(GgmlDType::Q8_0),
             WeightFormat::Auto | WeightFormat::File => None,
             WeightFormat::Q8_0 => Some(GgmlDType::Q8_0),
@@ -260,7 +274,11 @@ impl Transformer {
             weight_desc.push_str(", batched kernel");
         }
         let to_linear = |qt: QTensor, bias: Option<Tensor>| -> Result<Linear> {
-            let w = convert_matrix(qt, target_dtype, device)?;
+            let target = match format {
+                WeightFormat::Auto if batched && has_batched_kernel(file_dtype) => auto_batched_format(qt.dtype()),
+                _ => target_dtype,
+            };
+            let w = convert_matrix(qt, target, device)?;
             let w = match w {
                 QMatMul::QTensor(ref q) if batched && q.shape().rank() == 2 => {
                     let (n_out, n_in) = (q.shape().dims()[0], q.shape().dims()[1]);

@@ -288,3 +288,36 @@ fn restricted_draft_head_keeps_the_listed_tokens_exactly_and_zeroes_the_rest() {
         }
     }
 }
+
+/// Mean TV distance between the softmaxes (T = 1) of two sets of logits rows.
+fn mean_tv(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
+    let softmax = |l: &[f32]| -> Vec<f64> {
+        let max = l.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        let e: Vec<f64> = l.iter().map(|&v| ((v - max) as f64).exp()).collect();
+        let s: f64 = e.iter().sum();
+        e.into_iter().map(|v| v / s).collect()
+    };
+    let tv: f64 = a.iter().zip(b).map(|(x, y)| 0.5 * softmax(x).iter().zip(softmax(y)).map(|(p, q)| (p - q).abs()).sum::<f64>()).sum();
+    tv / a.len() as f64
+}
+
+/// `auto` runs the default target's Q4_1 matrices as they are in the file where the 4-bit kernel
+/// has SIMD (x86 with AVX2), and re-quantizes them to Q8_0 elsewhere. Running the file's own
+/// weights is also the more faithful choice: measured against F32 (the file's weights dequantized,
+/// exact activations), its distributions are closer than those of the Q8_0 re-quantization.
+#[test]
+fn auto_runs_4bit_weights_as_in_the_file_where_the_kernel_has_simd() {
+    let mut auto = load_target(WeightFormat::Auto);
+    let expected = if mentor_lab::kernels::q4_has_simd() { "Q4_1, batched kernel" } else { "Q8_0 (from Q4_1), batched kernel" };
+    assert!(auto.model.weight_desc.starts_with(expected), "weights: {}", auto.model.weight_desc);
+    let ids = auto.tokenizer.prompt_ids("Explain in two sentences why the sky is blue.", false).unwrap();
+    let rows = auto.model.forward_rows(&ids).unwrap();
+    let exact = load_target(WeightFormat::F32).model.forward_rows(&ids).unwrap();
+    let q8 = load_target(WeightFormat::Q8_0).model.forward_rows(&ids).unwrap();
+    let (tv_auto, tv_q8) = (mean_tv(&rows, &exact), mean_tv(&q8, &exact));
+    eprintln!("mean TV to F32 over {} positions: auto {tv_auto:.5}, q8_0 {tv_q8:.5}", ids.len());
+    if mentor_lab::kernels::q4_has_simd() {
+        assert!(tv_auto < tv_q8, "auto {tv_auto} vs q8_0 {tv_q8}");
+    }
+    assert!(tv_auto < 0.05, "auto's distributions drift from the file's weights: {tv_auto}");
+}
