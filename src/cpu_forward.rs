@@ -282,10 +282,83 @@ fn head_attend(q: &[f32], keys: &[f32], values: &[f32], scores: &mut [f32], out:
     head_attend_body(q, keys, values, scores, out)
 }
 
+/// The same with explicit AVX2 for head sizes that are a multiple of 8 (64 for SmolLM2, 128 for
+/// Qwen2.5 and Llama 3): four keys' dot products at a time, reduced together with horizontal adds
+/// (one store for four scores instead of a horizontal sum per key), and the weighted sum of values
+/// with its accumulators in registers (one pass over the values per 64 outputs, instead of loading
+/// and storing the output at every key). `perf` of a 256-token mentored run had the generic body at
+/// 14% of the time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn head_attend_avx2(q: &[f32], keys: &[f32], values: &[f32], scores: &mut [f32], out: &mut [f32]) {
-    head_attend_body(q, keys, values, scores, out)
+    use std::arch::x86_64::*;
+    let hd = q.len();
+    let n = scores.len();
+    if hd % 8 != 0 || keys.len() < n * hd || values.len() < n * hd || out.len() < hd {
+        return head_attend_body(q, keys, values, scores, out);
+    }
+    let nv = hd / 8;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let (qp, kp, vp) = (q.as_ptr(), keys.as_ptr(), values.as_ptr());
+    let mut j = 0;
+    while j + 4 <= n {
+        let k = kp.add(j * hd);
+        let mut a = [_mm256_setzero_ps(); 4];
+        for v in 0..nv {
+            let qv = _mm256_loadu_ps(qp.add(8 * v));
+            for (t, acc) in a.iter_mut().enumerate() {
+                *acc = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k.add(t * hd + 8 * v)), *acc);
+            }
+        }
+        // hadd(hadd(a0, a1), hadd(a2, a3)) holds each key's two half-sums in lanes t and t + 4.
+        let s = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+        let four = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+        _mm_storeu_ps(scores.as_mut_ptr().add(j), _mm_mul_ps(four, _mm_set1_ps(scale)));
+        j += 4;
+    }
+    for (jj, s) in scores.iter_mut().enumerate().skip(j) {
+        let k = kp.add(jj * hd);
+        let mut acc = _mm256_setzero_ps();
+        for v in 0..nv {
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(8 * v)), _mm256_loadu_ps(k.add(8 * v)), acc);
+        }
+        *s = hsum256(acc) * scale;
+    }
+    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+    let mut sum = 0f32;
+    for s in scores.iter_mut() {
+        *s = exp_nonpositive(*s - max);
+        sum += *s;
+    }
+    let inv = _mm256_set1_ps(1.0 / sum);
+    // Up to 8 output vectors (64 values) per pass over the values, accumulated in registers.
+    let mut c0 = 0;
+    while c0 < nv {
+        let width = (nv - c0).min(8);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for (jj, &w) in scores.iter().enumerate() {
+            let w = _mm256_set1_ps(w);
+            let v = vp.add(jj * hd + 8 * c0);
+            for (t, a) in acc.iter_mut().enumerate().take(width) {
+                *a = _mm256_fmadd_ps(w, _mm256_loadu_ps(v.add(8 * t)), *a);
+            }
+        }
+        for (t, a) in acc.iter().enumerate().take(width) {
+            _mm256_storeu_ps(out.as_mut_ptr().add(8 * (c0 + t)), _mm256_mul_ps(*a, inv));
+        }
+        c0 += width;
+    }
+}
+
+/// Horizontal sum of the 8 lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum256(a: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let s4 = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    _mm_cvtss_f32(s1)
 }
 
 /// Written so that the compiler vectorizes it (8 independent partial sums per dot product).
@@ -318,4 +391,42 @@ fn head_attend_body(q: &[f32], keys: &[f32], values: &[f32], scores: &mut [f32],
     }
     let inv = 1.0 / sum;
     out.iter_mut().for_each(|o| *o *= inv);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// softmax(q·k / sqrt(hd)) · v in f64, the plain way.
+    fn reference(q: &[f32], keys: &[f32], values: &[f32], n: usize) -> Vec<f64> {
+        let hd = q.len();
+        let s: Vec<f64> = (0..n).map(|j| (0..hd).map(|d| q[d] as f64 * keys[j * hd + d] as f64).sum::<f64>() / (hd as f64).sqrt()).collect();
+        let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
+        let total: f64 = e.iter().sum();
+        (0..hd).map(|d| (0..n).map(|j| e[j] * values[j * hd + d] as f64).sum::<f64>() / total).collect()
+    }
+
+    #[test]
+    fn head_attention_matches_the_plain_formula() {
+        let mut seed = 12345u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((seed >> 33) as f32 / (1u64 << 31) as f32 - 0.5) * 4.0
+        };
+        // Head sizes: SmolLM2's 64, Qwen2.5 / Llama 3's 128, 8, and 72 / 20 (not whole vectors:
+        // the generic body); key counts around the 4-key blocks, and a long context.
+        for hd in [64, 128, 8, 72, 20] {
+            for n in [1, 2, 3, 4, 5, 7, 8, 9, 300] {
+                let q: Vec<f32> = (0..hd).map(|_| next()).collect();
+                let keys: Vec<f32> = (0..n * hd).map(|_| next()).collect();
+                let values: Vec<f32> = (0..n * hd).map(|_| next()).collect();
+                let (mut scores, mut out) = (vec![0f32; n], vec![0f32; hd]);
+                head_attend(&q, &keys, &values, &mut scores, &mut out);
+                for (d, (&o, r)) in out.iter().zip(reference(&q, &keys, &values, n)).enumerate() {
+                    assert!((o as f64 - r).abs() < 1e-4 * (1.0 + r.abs()), "hd {hd}, {n} keys, output {d}: {o} vs {r}");
+                }
+            }
+        }
+    }
 }
