@@ -44,7 +44,16 @@ pub struct Mixed {
 }
 
 pub fn tv_distance(p: &[f32], q: &[f32]) -> f64 {
-    0.5 * p.iter().zip(q).map(|(&a, &b)| (a as f64 - b as f64).abs()).sum::<f64>()
+    // |p − q| rounded to f32 (relative error ≤ 6e-8), summed in f64 lanes (vectorized).
+    let mut block = [0f32; 512];
+    let mut total = 0f64;
+    for (pc, qc) in p.chunks(block.len()).zip(q.chunks(block.len())) {
+        for ((d, &a), &b) in block.iter_mut().zip(pc).zip(qc) {
+            *d = (a - b).abs();
+        }
+        total += crate::sampling::sum_f64(&block[..pc.len().min(qc.len())]);
+    }
+    0.5 * total
 }
 
 /// KL(p ‖ r) in nats; infinite if r is zero where p is not.

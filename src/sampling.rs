@@ -121,8 +121,9 @@ pub fn probabilities(logits: &[f32], context: &[u32], params: &SamplingParams, n
 pub fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
     let inv_t = 1.0 / temperature;
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut e: Vec<f32> = logits.iter().map(|&x| exp_nonpositive((x - max) * inv_t)).collect();
-    let total: f64 = e.iter().map(|&x| x as f64).sum();
+    let mut e = vec![0f32; logits.len()];
+    exp_shifted(logits, max, inv_t, &mut e);
+    let total = sum_f64(&e);
     let inv_total = (1.0 / total) as f32;
     for x in e.iter_mut() {
         *x *= inv_total;
@@ -152,6 +153,56 @@ pub fn exp_nonpositive(x: f32) -> f32 {
     if live { poly * scale } else { 0.0 }
 }
 
+/// `dst[i] = exp_nonpositive((src[i] − max) · scale)`, with AVX2 where the CPU has it (8 lanes
+/// instead of SSE2's 4; the same operations, so the same results).
+pub fn exp_shifted(src: &[f32], max: f32, scale: f32, dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the features were just detected.
+            return unsafe { exp_shifted_avx2(src, max, scale, dst) };
+        }
+    }
+    exp_shifted_any(src, max, scale, dst)
+}
+
+/// [`exp_nonpositive`] on 8 lanes: the same operations in the same order (no fused multiply-adds),
+/// so every result is bit-for-bit the scalar one (tested). The compiler does not vectorize the
+/// scalar form (its saturating float-to-int cast): ~2 ns per value, against ~0.3 ns here.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp_shifted_avx2(src: &[f32], max: f32, scale: f32, dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n_all = src.len().min(dst.len());
+    let whole = n_all / 8 * 8;
+    let (vmax, vscale) = (_mm256_set1_ps(max), _mm256_set1_ps(scale));
+    let floor = _mm256_set1_ps(-87.0);
+    let (log2e, round) = (_mm256_set1_ps(std::f32::consts::LOG2_E), _mm256_set1_ps(12_582_912.0));
+    let (ln2_hi, ln2_lo) = (_mm256_set1_ps(0.693_145_75), _mm256_set1_ps(1.428_606_8e-6));
+    let coef = [1.0f32 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0].map(|c| _mm256_set1_ps(c));
+    for i in (0..whole).step_by(8) {
+        let x = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(src.as_ptr().add(i)), vmax), vscale);
+        let live = _mm256_cmp_ps(x, floor, _CMP_GE_OQ); // false for NaN too
+        let xc = _mm256_blendv_ps(floor, x, live);
+        let n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(xc, log2e), round), round);
+        let r = _mm256_sub_ps(_mm256_sub_ps(xc, _mm256_mul_ps(n, ln2_hi)), _mm256_mul_ps(n, ln2_lo));
+        let mut poly = _mm256_set1_ps(1.0 / 5040.0);
+        for c in coef {
+            poly = _mm256_add_ps(c, _mm256_mul_ps(r, poly));
+        }
+        let two_n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23));
+        _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_and_ps(_mm256_mul_ps(poly, two_n), live));
+    }
+    exp_shifted_any(&src[whole..n_all], max, scale, &mut dst[whole..n_all]);
+}
+
+#[inline(always)]
+fn exp_shifted_any(src: &[f32], max: f32, scale: f32, dst: &mut [f32]) {
+    for (d, &x) in dst.iter_mut().zip(src) {
+        *d = exp_nonpositive((x - max) * scale);
+    }
+}
+
 /// Keep the smallest set of most likely tokens whose mass reaches `top_p`; renormalise.
 fn top_p_filter(p: &mut [f32], top_p: f32) {
     let mut order: Vec<usize> = (0..p.len()).collect();
@@ -168,7 +219,7 @@ fn top_p_filter(p: &mut [f32], top_p: f32) {
     for &i in &order[keep..] {
         p[i] = 0.0;
     }
-    let total: f64 = p.iter().map(|&x| x as f64).sum();
+    let total = sum_f64(p);
     for x in p.iter_mut() {
         *x = (*x as f64 / total) as f32;
     }
@@ -178,20 +229,43 @@ fn top_p_filter(p: &mut [f32], top_p: f32) {
 /// exceeds `u * total`. Works on unnormalised non-negative weights. Never returns a zero-weight
 /// index (if rounding runs past the end, the last index with positive weight is returned).
 pub fn sample_index(weights: &[f32], u: f64) -> usize {
-    let total: f64 = weights.iter().map(|&w| w as f64).sum();
-    let target = u * total;
+    let target = u * sum_f64(weights);
+    // Whole blocks whose mass stays at or below the target are skipped by their (vectorized) sums;
+    // from the block where the running mass would pass it, weights are added one at a time.
+    const SKIP: usize = 256;
     let mut cum = 0.0f64;
-    let mut last_positive = 0;
-    for (i, &w) in weights.iter().enumerate() {
+    let mut start = 0;
+    for block in weights.chunks(SKIP) {
+        let mass = sum_f64(block);
+        if cum + mass > target {
+            break;
+        }
+        cum += mass;
+        start += block.len();
+    }
+    for (i, &w) in weights.iter().enumerate().skip(start) {
         if w > 0.0 {
             cum += w as f64;
-            last_positive = i;
             if cum > target {
                 return i;
             }
         }
     }
-    last_positive
+    weights.iter().rposition(|&w| w > 0.0).unwrap_or(0)
+}
+
+/// Σ x in f64, in 8 interleaved partial sums so that the loop vectorizes (a single running f64
+/// sum is one dependent add per element: ~75 µs over a 49152-token vocabulary, ~10 µs this way).
+pub fn sum_f64(xs: &[f32]) -> f64 {
+    let mut lanes = [0f64; 8];
+    let chunks = xs.chunks_exact(8);
+    let tail: f64 = chunks.remainder().iter().map(|&x| x as f64).sum();
+    for c in chunks {
+        for (acc, &x) in lanes.iter_mut().zip(c) {
+            *acc += x as f64;
+        }
+    }
+    lanes.iter().sum::<f64>() + tail
 }
 
 /// Negative log-likelihood of `id` under the model's own distribution (temperature 1, no
@@ -199,6 +273,14 @@ pub fn sample_index(weights: &[f32], u: f64) -> usize {
 pub fn nll_at_t1(logits: &[f32], id: u32, n_vocab: usize) -> f64 {
     let l = &logits[..n_vocab.min(logits.len())];
     let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let log_z = max as f64 + l.iter().map(|&x| exp_nonpositive(x - max) as f64).sum::<f64>().ln();
+    // The exponentials in blocks, then summed: a single f64 running sum would keep the
+    // exponentials from vectorizing (~370 µs over 49152 tokens, ~40 µs this way).
+    let mut block = [0f32; 512];
+    let mut z = 0f64;
+    for chunk in l.chunks(block.len()) {
+        exp_shifted(chunk, max, 1.0, &mut block[..chunk.len()]);
+        z += sum_f64(&block[..chunk.len()]);
+    }
+    let log_z = max as f64 + z.ln();
     log_z - l.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY) as f64
 }
