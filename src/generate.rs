@@ -5,7 +5,7 @@
 use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN, MIN_DRAFT_CONFIDENCE};
 use crate::error::{EngineError, Result};
 use crate::mentor::{mix, verify_token, MentorRule};
-use crate::model::Transformer;
+use crate::model::{LazyLogits, Transformer};
 use crate::sampling::{nll_at_t1, probabilities, sample_index, uniform, Purpose, SamplingParams};
 use crate::tokenizer::{StreamDecoder, TextTokenizer};
 use serde::{Deserialize, Serialize};
@@ -493,6 +493,15 @@ fn score_with_target(target: &mut LoadedModel, tok: &TextTokenizer, req: &Genera
     Ok(())
 }
 
+/// How many verify rows a round of `k` drafted tokens will likely use with per-token acceptance
+/// `alpha`: the accepted prefix and the row after it (the replacement, or the bonus when all k are
+/// accepted), 1 + α + … + α^k on average, rounded up.
+pub fn likely_rows(alpha: f64, k: usize) -> usize {
+    let a = alpha.clamp(0.0, 1.0);
+    let expected: f64 = (0..=k).map(|j| a.powi(j as i32)).sum();
+    (expected.ceil() as usize).clamp(1, k + 1)
+}
+
 /// Speculative / mentored decoding with `draft` proposing and `target` verifying.
 pub fn generate_speculative(
     target: &mut LoadedModel,
@@ -557,15 +566,27 @@ pub fn generate_speculative(
         let t_verify = Instant::now();
         let mut feed = vec![run.context[base - 1]];
         feed.extend_from_slice(&drafts);
-        let rows = tmodel.forward_rows(&feed)?;
-        let verify_s = t_verify.elapsed().as_secs_f64();
+        let mut rows = tmodel.forward_lazy(&feed)?;
+        // The output head first for the rows this round will likely use (see `likely_rows`); the
+        // rest only if the walk below gets that far.
+        tmodel.lazy_rows(&mut rows, likely_rows(policy.alpha(), drafts.len()))?;
+        let mut verify_s = t_verify.elapsed().as_secs_f64();
+        let row = |rows: &mut LazyLogits, i: usize, verify_s: &mut f64| -> Result<Vec<f32>> {
+            if rows.row(i).is_none() {
+                let t = Instant::now();
+                tmodel.lazy_rows(rows, rows.len())?;
+                *verify_s += t.elapsed().as_secs_f64();
+            }
+            rows.row(i).map(<[f32]>::to_vec).ok_or_else(|| EngineError::InvalidSetting(format!("verify row {i} missing")))
+        };
 
         // Accept: walk the drafted tokens in order; the first rejection ends the round.
         let mut n_accepted = 0;
         let mut rejected = false;
         for (i, (&x, q)) in drafts.iter().zip(&q_dists).enumerate() {
             let pos = (base - run.n_prompt + i) as u64;
-            let p = probabilities(&rows[i], &scratch[..base + i], &req.sampling, n_vocab);
+            let logits = row(&mut rows, i, &mut verify_s)?;
+            let p = probabilities(&logits, &scratch[..base + i], &req.sampling, n_vocab);
             let mixed = mix(req.rule, &p, q, req.budget);
             let verdict = verify_token(
                 &mixed.pi_mixed,
@@ -593,7 +614,7 @@ pub fn generate_speculative(
                 round: Some(round),
                 ..plain_token(verdict.token, TokenSource::Target)
             };
-            run.emit(info, Some(nll_at_t1(&rows[i], verdict.token, n_vocab)))?;
+            run.emit(info, Some(nll_at_t1(&logits, verdict.token, n_vocab)))?;
             if verdict.accepted {
                 n_accepted += 1;
                 run.tally.accepted_at[i] += 1;
@@ -609,11 +630,12 @@ pub fn generate_speculative(
         let k = drafts.len();
         if !rejected && !run.done() && (k == 0 || req.bonus) {
             let pos = (base - run.n_prompt + k) as u64;
-            let p = probabilities(&rows[k], &run.context, &req.sampling, n_vocab);
+            let logits = row(&mut rows, k, &mut verify_s)?;
+            let p = probabilities(&logits, &run.context, &req.sampling, n_vocab);
             let x = sample_index(&p, uniform(req.seed, pos, Purpose::TargetSample)) as u32;
             let source = if k == 0 { TokenSource::Target } else { TokenSource::Bonus };
             let info = TokenInfo { p_target: Some(p[x as usize]), round: Some(round), ..plain_token(x, source) };
-            run.emit(info, Some(nll_at_t1(&rows[k], x, n_vocab)))?;
+            run.emit(info, Some(nll_at_t1(&logits, x, n_vocab)))?;
         }
 
         // Roll back: both caches keep only positions whose tokens are in the context, minus the

@@ -192,6 +192,27 @@ pub struct Transformer {
     restrict_head: bool,
 }
 
+/// Logits of a forward over several tokens, each row computed when first asked for
+/// ([`Transformer::forward_lazy`]).
+#[derive(Debug, Clone)]
+pub struct LazyLogits {
+    hidden: Vec<f32>, // (n, n_embd); empty when every row was computed at once
+    rows: Vec<Option<Vec<f32>>>,
+}
+
+impl LazyLogits {
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+    /// Row `i`, if computed ([`Transformer::lazy_rows`]).
+    pub fn row(&self, i: usize) -> Option<&[f32]> {
+        self.rows.get(i)?.as_deref()
+    }
+}
+
 /// candle has SIMD dot products for these on x86 (AVX2) and Apple Silicon (NEON); other formats
 /// fall back to scalar code that is 5x slower, so `auto` re-quantizes them to Q8_0.
 fn is_fast_on_cpu(d: GgmlDType) -> bool {
@@ -475,9 +496,9 @@ impl Transformer {
         self.restrict_head
     }
 
-    fn forward_impl(&mut self, tokens: &[u32]) -> Result<Tensor> {
-        let n_new = tokens.len();
-        let pos = self.n_cached;
+    /// Tokens a forward may take: at least one, within the context, inside the vocabulary.
+    fn check_new_tokens(&self, tokens: &[u32]) -> Result<()> {
+        let (n_new, pos) = (tokens.len(), self.n_cached);
         if n_new == 0 {
             return Err(EngineError::InvalidSetting("forward called with no tokens".into()));
         }
@@ -490,18 +511,15 @@ impl Transformer {
                 self.config.n_vocab
             )));
         }
-        if self.native {
-            if let Some(cpu) = self.cpu.as_mut() {
-                let ids = Tensor::new(tokens, &self.device)?;
-                let x = self.embed.index_select(&ids, 0)?.flatten_all()?.to_vec1::<f32>()?;
-                cpu.reserve(&self.config, pos + n_new, pos, self.cos.dims()[0]);
-                let h = cpu.forward(&self.config, x, pos);
-                self.n_cached = pos + n_new;
-                return Ok(match (&self.small_head, self.restrict_head) {
-                    (Some(s), true) => Tensor::from_vec(s.logits(&h, n_new, self.config.n_vocab), (n_new, self.config.n_vocab), &self.device)?,
-                    _ => self.head.forward(&Tensor::from_vec(h, (n_new, self.config.n_embd), &self.device)?)?.to_dtype(DType::F32)?,
-                });
-            }
+        Ok(())
+    }
+
+    fn forward_impl(&mut self, tokens: &[u32]) -> Result<Tensor> {
+        let n_new = tokens.len();
+        let pos = self.n_cached;
+        self.check_new_tokens(tokens)?;
+        if let Some(h) = self.native_hidden(tokens)? {
+            return self.head_logits(h, n_new);
         }
         if pos + n_new > self.cache_capacity {
             let mut cap = self.cache_capacity.max(1);
@@ -537,9 +555,65 @@ impl Transformer {
         Ok(logits.to_dtype(DType::F32)?)
     }
 
+    /// The tensor-free step's final hidden states `(n, n_embd)` for `tokens` (already checked by
+    /// the caller), when that step applies; None leaves the forward to the tensor path.
+    fn native_hidden(&mut self, tokens: &[u32]) -> Result<Option<Vec<f32>>> {
+        let (n_new, pos) = (tokens.len(), self.n_cached);
+        if !self.native {
+            return Ok(None);
+        }
+        let Some(cpu) = self.cpu.as_mut() else { return Ok(None) };
+        let ids = Tensor::new(tokens, &self.device)?;
+        let x = self.embed.index_select(&ids, 0)?.flatten_all()?.to_vec1::<f32>()?;
+        cpu.reserve(&self.config, pos + n_new, pos, self.cos.dims()[0]);
+        let h = cpu.forward(&self.config, x, pos);
+        self.n_cached = pos + n_new;
+        Ok(Some(h))
+    }
+
+    /// Logits `(n, n_vocab)` of final hidden states `h: (n, n_embd)`.
+    fn head_logits(&self, h: Vec<f32>, n: usize) -> Result<Tensor> {
+        Ok(match (&self.small_head, self.restrict_head) {
+            (Some(s), true) => Tensor::from_vec(s.logits(&h, n, self.config.n_vocab), (n, self.config.n_vocab), &self.device)?,
+            _ => self.head.forward(&Tensor::from_vec(h, (n, self.config.n_embd), &self.device)?)?.to_dtype(DType::F32)?,
+        })
+    }
+
     /// Forward and copy the logits to host memory, one `Vec` per new token.
     pub fn forward_rows(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         Ok(self.forward(tokens)?.to_device(&Device::Cpu)?.to_vec2::<f32>()?)
+    }
+
+    /// A forward whose vocabulary head runs only for the rows asked for ([`Self::lazy_rows`]).
+    /// Verification stops at the first rejected draft token, so the rows after it are never
+    /// used; on the CPU the head (49152 × 576 for the default target) costs about as much per
+    /// row batched as alone, so skipping them saves their whole cost. Where the tensor-free step
+    /// does not apply, all rows are computed at once, as by [`Self::forward_rows`].
+    pub fn forward_lazy(&mut self, tokens: &[u32]) -> Result<LazyLogits> {
+        let n = tokens.len();
+        if self.native && self.cpu.is_some() && !self.restrict_head {
+            self.check_new_tokens(tokens)?;
+            let on_pool = self.device.is_cpu() && rayon::current_thread_index().is_none();
+            let hidden = if on_pool { rayon::scope(|_| self.native_hidden(tokens))? } else { self.native_hidden(tokens)? };
+            if let Some(hidden) = hidden {
+                return Ok(LazyLogits { hidden, rows: vec![None; n] });
+            }
+        }
+        Ok(LazyLogits { hidden: Vec::new(), rows: self.forward_rows(tokens)?.into_iter().map(Some).collect() })
+    }
+
+    /// Make rows `..upto` of `l` available, computing the missing ones in one batch.
+    pub fn lazy_rows(&self, l: &mut LazyLogits, upto: usize) -> Result<()> {
+        let upto = upto.min(l.rows.len());
+        let Some(first) = l.rows[..upto].iter().position(|r| r.is_none()) else { return Ok(()) };
+        let d = self.config.n_embd;
+        let h = l.hidden.get(first * d..upto * d).ok_or_else(|| EngineError::InvalidSetting("lazy logits: hidden states missing".into()))?.to_vec();
+        let on_pool = self.device.is_cpu() && rayon::current_thread_index().is_none();
+        let logits = if on_pool { rayon::scope(|_| self.head_logits(h, upto - first))? } else { self.head_logits(h, upto - first)? };
+        for (slot, row) in l.rows[first..upto].iter_mut().zip(logits.to_device(&Device::Cpu)?.to_vec2::<f32>()?) {
+            *slot = Some(row);
+        }
+        Ok(())
     }
 
     /// Additive mask for `n_new` queries at positions `pos..pos+n_new` over `pos+n_new` keys,

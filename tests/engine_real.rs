@@ -321,3 +321,26 @@ fn auto_runs_4bit_weights_as_in_the_file_where_the_kernel_has_simd() {
     }
     assert!(tv_auto < 0.05, "auto's distributions drift from the file's weights: {tv_auto}");
 }
+
+/// A lazy forward's rows, computed in any split, are exactly the rows of an ordinary forward
+/// (verification uses the lazy one and must not change a single probability).
+#[test]
+fn lazy_logits_rows_equal_the_full_forward_exactly() {
+    let mut m = load_target(WeightFormat::Auto);
+    let ids = m.tokenizer.prompt_ids("Name a colour.", false).unwrap();
+    let n = ids.len();
+    let feed = [100u32, 2000, 30, 4000, 500, 6000, 70, 8000, 900];
+    m.model.forward_rows(&ids).unwrap();
+    let full = m.model.forward_rows(&feed).unwrap();
+    m.model.truncate(n);
+    let mut lazy = m.model.forward_lazy(&feed).unwrap();
+    assert_eq!(lazy.len(), feed.len());
+    assert_eq!(m.model.n_cached(), n + feed.len(), "the lazy forward fills the cache like a forward");
+    m.model.lazy_rows(&mut lazy, 2).unwrap();
+    assert!(lazy.row(0).is_some() && lazy.row(1).is_some());
+    m.model.lazy_rows(&mut lazy, 5).unwrap();
+    m.model.lazy_rows(&mut lazy, feed.len()).unwrap();
+    for (i, row) in full.iter().enumerate() {
+        assert_eq!(lazy.row(i).unwrap(), &row[..], "row {i}");
+    }
+}

@@ -342,3 +342,16 @@ fn vectorized_exponential_and_sums_match_the_scalar_forms() {
         assert!((sum_f64(&fast) - plain).abs() <= 1e-12 * plain.abs().max(1.0));
     }
 }
+
+/// The first batch of verify rows: all of them at full acceptance, one at none, the expected
+/// accepted prefix plus one in between.
+#[test]
+fn likely_rows_follow_the_expected_accepted_prefix() {
+    use mentor_lab::generate::likely_rows;
+    assert_eq!(likely_rows(1.0, 8), 9);
+    assert_eq!(likely_rows(0.0, 8), 1);
+    assert_eq!(likely_rows(0.5, 8), 2); // 1 + 0.5 + 0.25 + … ≈ 1.996
+    assert_eq!(likely_rows(0.9, 8), 7); // 1 + 0.9 + … + 0.9^8 ≈ 6.13
+    assert_eq!(likely_rows(0.7, 0), 1);
+    assert_eq!(likely_rows(f64::NAN, 4), 1);
+}
