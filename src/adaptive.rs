@@ -21,9 +21,19 @@
 pub const MAX_DRAFT_LEN: usize = 16;
 /// Drafting stops when the draft's most likely token has less probability than this.
 pub const MIN_DRAFT_CONFIDENCE: f32 = 0.3;
-/// After this many consecutive target-only steps, probe with a short draft.
+/// After this many consecutive target-only steps, probe with a short draft; each probe that leaves
+/// target-only steps the better choice doubles the wait, up to `MAX_PROBE_EVERY`. A probe costs
+/// the draft's catching up on the skipped tokens plus a 3-token verify (~16 ms for ~1.5 tokens on
+/// the default pair at α ≈ 0.4, against ~7 ms per target step): one every 8 steps cost ~7%.
 const PROBE_EVERY: usize = 8;
+const MAX_PROBE_EVERY: usize = 64;
 const PROBE_LEN: usize = 2;
+/// A draft length is chosen only when it promises at least this many times a target step's rate:
+/// near break-even the estimates' noise, and costs the model leaves out (the draft catching up on
+/// the tokens of target-only steps, the mixing per token), make speculating a loss as often as a
+/// gain. Measured on the default pair (creative, TV 0): verifying 2 tokens cost 1.39 steps and α
+/// was ~0.5, so k = 1 promised ~1.00x and delivered 0.81–0.87x in `bench` without this margin.
+const MIN_GAIN: f64 = 1.05;
 /// Weight of the newest observation in the running averages.
 const EMA: f64 = 0.25;
 
@@ -36,11 +46,13 @@ pub struct AdaptivePolicy {
     /// Seconds per verify forward of n tokens, index n (0 unused); None until observed.
     t_verify: Vec<Option<f64>>,
     steps_since_probe: usize,
+    /// Target-only steps between probes now.
+    probe_every: usize,
 }
 
 impl Default for AdaptivePolicy {
     fn default() -> Self {
-        Self { alpha: 0.7, t_draft: 0.0, t_verify: vec![None; MAX_DRAFT_LEN + 2], steps_since_probe: 0 }
+        Self { alpha: 0.7, t_draft: 0.0, t_verify: vec![None; MAX_DRAFT_LEN + 2], steps_since_probe: 0, probe_every: PROBE_EVERY }
     }
 }
 
@@ -79,19 +91,23 @@ impl AdaptivePolicy {
         if self.t_draft <= 0.0 || self.verify_cost(1).is_none() {
             return PROBE_LEN.min(cap);
         }
-        let best = (0..=cap)
+        let step = self.expected_rate(0).unwrap_or(0.0);
+        let best = (1..=cap)
             .filter_map(|k| self.expected_rate(k).map(|r| (k, r)))
             .max_by(|a, b| a.1.total_cmp(&b.1))
+            .filter(|&(_, r)| r >= MIN_GAIN * step)
             .map(|(k, _)| k)
             .unwrap_or(0);
         if best == 0 {
             self.steps_since_probe += 1;
-            if self.steps_since_probe >= PROBE_EVERY {
+            if self.steps_since_probe >= self.probe_every {
                 self.steps_since_probe = 0;
+                self.probe_every = (2 * self.probe_every).min(MAX_PROBE_EVERY);
                 return PROBE_LEN.min(cap);
             }
         } else {
             self.steps_since_probe = 0;
+            self.probe_every = PROBE_EVERY;
         }
         best
     }
@@ -117,5 +133,61 @@ impl AdaptivePolicy {
 
     pub fn alpha(&self) -> f64 {
         self.alpha
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A policy that has seen target steps of 10 ms, verifies of n tokens costing `verify(n)`,
+    /// draft steps of `t_draft` and per-token acceptance ~`alpha`.
+    fn trained(alpha: f64, t_draft: f64, verify: impl Fn(usize) -> f64) -> AdaptivePolicy {
+        let mut p = AdaptivePolicy::default();
+        for n in 1..=MAX_DRAFT_LEN + 1 {
+            p.t_verify[n] = Some(verify(n));
+        }
+        p.t_draft = t_draft;
+        p.alpha = alpha;
+        p
+    }
+
+    #[test]
+    fn speculates_when_verification_is_cheap_and_acceptance_high() {
+        // GPU-like: verifying 17 tokens costs little more than one step.
+        let mut p = trained(0.9, 0.001, |n| 0.010 + 0.0002 * n as f64);
+        assert!(p.next_len(MAX_DRAFT_LEN) >= 8);
+        assert_eq!(p.next_len(3), 3, "the cap holds");
+    }
+
+    #[test]
+    fn steps_alone_near_break_even_and_probes_now_and_then() {
+        // The default pair on a CPU at TV 0: verify(2) = 1.39 steps, α = 0.5, draft 1.2 ms.
+        let mut p = trained(0.5, 0.0012, |n| 0.010 * (1.0 + 0.39 * (n as f64 - 1.0)));
+        assert!(p.expected_rate(1).unwrap() < MIN_GAIN * p.expected_rate(0).unwrap());
+        // Probes after 8, then 16, 32, 64, 64 … target steps.
+        let choices: Vec<usize> = (0..8 + 16 + 32 + 64 + 64).map(|_| p.next_len(MAX_DRAFT_LEN)).collect();
+        let probes: Vec<usize> = choices.iter().enumerate().filter(|&(_, &k)| k == PROBE_LEN).map(|(i, _)| i).collect();
+        assert_eq!(probes, vec![7, 8 + 15, 8 + 16 + 31, 8 + 16 + 32 + 63, 8 + 16 + 32 + 64 + 63], "{choices:?}");
+        assert!(choices.iter().all(|&k| k == 0 || k == PROBE_LEN), "{choices:?}");
+        // A round that makes drafting pay resets the wait.
+        p.alpha = 0.95;
+        assert!(p.next_len(MAX_DRAFT_LEN) > 0);
+        p.alpha = 0.5;
+        let again: Vec<usize> = (0..8).map(|_| p.next_len(MAX_DRAFT_LEN)).collect();
+        assert_eq!(again[7], PROBE_LEN, "{again:?}");
+    }
+
+    #[test]
+    fn observations_move_the_estimates() {
+        let mut p = AdaptivePolicy::default();
+        assert_eq!(p.next_len(8), PROBE_LEN, "explores before anything is timed");
+        p.observe(2, 2, 0.002, 0.013);
+        p.observe(0, 0, 0.0, 0.010);
+        assert!(p.alpha() > 0.7, "two of two accepted raise α");
+        p.observe(4, 0, 0.004, 0.02);
+        assert!(p.alpha() < 0.75, "a rejection at the first token lowers it");
+        assert_eq!(p.verify_cost(5), Some(0.02));
+        assert!((p.verify_cost(4).unwrap() - (0.013 + (0.02 - 0.013) / 2.0)).abs() < 1e-12, "interpolated");
     }
 }
