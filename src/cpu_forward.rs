@@ -322,7 +322,7 @@ unsafe fn head_attend_avx2(q: &[f32], keys: &[f32], values: &[f32], scores: &mut
         for v in 0..nv {
             acc = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(8 * v)), _mm256_loadu_ps(k.add(8 * v)), acc);
         }
-        *s = hsum256(acc) * scale;
+        *s = crate::kernels::hsum256(acc) * scale;
     }
     let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
     let mut sum = 0f32;
@@ -348,17 +348,6 @@ unsafe fn head_attend_avx2(q: &[f32], keys: &[f32], values: &[f32], scores: &mut
         }
         c0 += width;
     }
-}
-
-/// Horizontal sum of the 8 lanes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn hsum256(a: std::arch::x86_64::__m256) -> f32 {
-    use std::arch::x86_64::*;
-    let s4 = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
-    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-    _mm_cvtss_f32(s1)
 }
 
 /// Written so that the compiler vectorizes it (8 independent partial sums per dot product).

@@ -233,7 +233,7 @@ unsafe fn dot4_neon(acc: std::arch::aarch64::int32x4_t, a: std::arch::aarch64::i
 /// Horizontal sum of the 8 lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn hsum256(a: std::arch::x86_64::__m256) -> f32 {
+pub(crate) unsafe fn hsum256(a: std::arch::x86_64::__m256) -> f32 {
     use std::arch::x86_64::*;
     let s4 = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
     let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
