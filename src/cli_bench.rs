@@ -262,24 +262,29 @@ pub fn cost(args: CostArgs) -> Result<()> {
     );
     println!("| k new tokens | forward ms | relative to k = 1 |");
     println!("|---|---|---|");
-    let mut base = f64::NAN;
     let mut ks = vec![1usize];
     ks.extend(args.k.iter().copied().filter(|&k| k > 1));
     if let Some(&k) = ks.iter().find(|&&k| k > ctx.len()) {
         bail!("--k {k}: at most {} new tokens (the timing context's length)", ctx.len());
     }
-    for k in ks {
-        let new: Vec<u32> = ctx[..k].to_vec();
-        let t = time(&mut || {
+    // Every repeat times each k once, back to back, and the ratio to k = 1 is taken within the
+    // repeat: a VM whose speed drifts by tens of percent over seconds then moves both sides of
+    // each ratio together.
+    let mut times = vec![Vec::new(); ks.len()];
+    for _ in 0..args.repeats {
+        for (i, &k) in ks.iter().enumerate() {
+            let new: Vec<u32> = ctx[..k].to_vec();
             m.model.truncate(ctx.len());
+            let t = std::time::Instant::now();
             m.model.forward(&new)?;
-            Ok(())
-        })?;
-        if k == 1 {
-            base = t;
+            times[i].push(t.elapsed().as_secs_f64());
         }
-        println!("| {k} | {:.2} | {:.2}x |", 1e3 * t, t / base);
     }
+    for (i, &k) in ks.iter().enumerate() {
+        let ratios = times[i].iter().zip(&times[0]).map(|(t, b)| t / b).collect();
+        println!("| {k} | {:.2} | {:.2}x |", 1e3 * median(times[i].clone()), median(ratios));
+    }
+    let base = median(times[0].clone());
     println!("decode (k = 1): {:.1} tok/s", 1.0 / base);
     Ok(())
 }

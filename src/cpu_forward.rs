@@ -10,7 +10,7 @@
 
 use crate::gguf::{Arch, ModelConfig};
 use crate::kernels::{Q4Matrix, Q8Matrix};
-use crate::sampling::exp_nonpositive;
+use crate::sampling::exp_shifted_in_place;
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -167,13 +167,26 @@ impl CpuModel {
             x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
             rms_norm(&x, &layer.ffn_norm, eps, &mut h);
             let gu = layer.gate_up.apply(&h, n);
-            let act: Vec<f32> = gu[0].iter().zip(&gu[1]).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u).collect();
+            let act = silu_mul(&gu[0], &gu[1]);
             let down = layer.down.apply(&act, n);
             x.iter_mut().zip(&down).for_each(|(x, o)| *x += o);
         }
         rms_norm(&x, &self.out_norm, eps, &mut h);
         h
     }
+}
+
+/// `silu(g) · u` per element, with silu(g) = g · σ(g): σ(g) = 1 / (1 + e^−g) for g ≥ 0 and
+/// e^g / (1 + e^g) below, so the exponential is always of −|g| ≤ 0 and runs 8 lanes at a time
+/// ([`exp_shifted_in_place`]) instead of one libm call per value.
+fn silu_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    let mut e: Vec<f32> = gate.iter().map(|g| -g.abs()).collect();
+    exp_shifted_in_place(&mut e, 0.0, 1.0);
+    e.iter_mut().zip(gate.iter().zip(up)).for_each(|(e, (&g, &u))| {
+        let num = if g >= 0.0 { 1.0 } else { *e };
+        *e = g * num / (1.0 + *e) * u;
+    });
+    e
 }
 
 /// An output head restricted to some tokens: the rows of those tokens only, and their ids.
@@ -313,7 +326,7 @@ unsafe fn head_attend_avx2(q: &[f32], keys: &[f32], values: &[f32], scores: &mut
         // hadd(hadd(a0, a1), hadd(a2, a3)) holds each key's two half-sums in lanes t and t + 4.
         let s = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
         let four = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-        _mm_storeu_ps(scores.as_mut_ptr().add(j), _mm_mul_ps(four, _mm_set1_ps(scale)));
+        _mm_storeu_ps(scores.as_mut_ptr().add(j), four);
         j += 4;
     }
     for (jj, s) in scores.iter_mut().enumerate().skip(j) {
@@ -322,14 +335,17 @@ unsafe fn head_attend_avx2(q: &[f32], keys: &[f32], values: &[f32], scores: &mut
         for v in 0..nv {
             acc = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(8 * v)), _mm256_loadu_ps(k.add(8 * v)), acc);
         }
-        *s = crate::kernels::hsum256(acc) * scale;
+        *s = crate::kernels::hsum256(acc);
     }
+    // The 1/sqrt(hd) scale goes into the exponential with the max: exp((s − max) · scale).
     let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-    let mut sum = 0f32;
-    for s in scores.iter_mut() {
-        *s = exp_nonpositive(*s - max);
-        sum += *s;
+    exp_shifted_in_place(scores, max, scale);
+    let mut lanes = _mm256_setzero_ps();
+    let whole = n / 8 * 8;
+    for i in (0..whole).step_by(8) {
+        lanes = _mm256_add_ps(lanes, _mm256_loadu_ps(scores.as_ptr().add(i)));
     }
+    let sum = crate::kernels::hsum256(lanes) + scores[whole..].iter().sum::<f32>();
     let inv = _mm256_set1_ps(1.0 / sum);
     // Up to 8 output vectors (64 values) per pass over the values, accumulated in registers.
     let mut c0 = 0;
@@ -365,14 +381,11 @@ fn head_attend_body(q: &[f32], keys: &[f32], values: &[f32], scores: &mut [f32],
             }
         }
         let tail: f32 = q.chunks_exact(8).remainder().iter().zip(k.chunks_exact(8).remainder()).map(|(a, b)| a * b).sum();
-        *s = (acc.iter().sum::<f32>() + tail) * scale;
+        *s = acc.iter().sum::<f32>() + tail;
         max = max.max(*s);
     }
-    let mut sum = 0f32;
-    for s in scores.iter_mut() {
-        *s = exp_nonpositive(*s - max);
-        sum += *s;
-    }
+    exp_shifted_in_place(scores, max, scale);
+    let sum: f32 = scores.iter().sum();
     out.iter_mut().for_each(|o| *o = 0.0);
     for (j, &w) in scores.iter().enumerate() {
         let v = &values[j * hd..][..hd];
