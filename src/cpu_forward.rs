@@ -11,7 +11,6 @@
 use crate::gguf::{Arch, ModelConfig};
 use crate::kernels::{Q4Matrix, Q8Matrix};
 use crate::sampling::exp_shifted_in_place;
-use rayon::prelude::*;
 use std::sync::Arc;
 
 /// A matrix our kernels multiply, with its optional bias.
@@ -269,8 +268,12 @@ fn attention(cfg: &ModelConfig, q: &[f32], kc: &[f32], vc: &[f32], pos: usize, n
         out
     };
     let work = n * (pos + n) * n_head * hd;
-    let per_head: Vec<Vec<f32>> = if work >= 1 << 16 && rayon::current_num_threads() > 1 {
-        (0..n_head).into_par_iter().map(one_head).collect()
+    let per_head: Vec<Vec<f32>> = if work >= 1 << 16 {
+        let slots: Vec<std::sync::OnceLock<Vec<f32>>> = (0..n_head).map(|_| std::sync::OnceLock::new()).collect();
+        crate::team::run(n_head, &|h| {
+            let _ = slots[h].set(one_head(h));
+        });
+        slots.into_iter().map(|s| s.into_inner().unwrap_or_default()).collect()
     } else {
         (0..n_head).map(one_head).collect()
     };

@@ -571,13 +571,19 @@ pub fn generate_speculative(
         // rest only if the walk below gets that far.
         tmodel.lazy_rows(&mut rows, likely_rows(policy.alpha(), drafts.len()))?;
         let mut verify_s = t_verify.elapsed().as_secs_f64();
-        let row = |rows: &mut LazyLogits, i: usize, verify_s: &mut f64| -> Result<Vec<f32>> {
+        // Row i of the verify logits, computing the rest of the head first if the walk got past
+        // the likely rows; borrowed, not copied (a 49152-float copy per token cost more than the
+        // mentor math here).
+        let ensure_row = |rows: &mut LazyLogits, i: usize, verify_s: &mut f64| -> Result<()> {
             if rows.row(i).is_none() {
                 let t = Instant::now();
                 tmodel.lazy_rows(rows, rows.len())?;
                 *verify_s += t.elapsed().as_secs_f64();
             }
-            rows.row(i).map(<[f32]>::to_vec).ok_or_else(|| EngineError::InvalidSetting(format!("verify row {i} missing")))
+            match rows.row(i) {
+                Some(_) => Ok(()),
+                None => Err(EngineError::InvalidSetting(format!("verify row {i} missing"))),
+            }
         };
 
         // Accept: walk the drafted tokens in order; the first rejection ends the round.
@@ -585,8 +591,9 @@ pub fn generate_speculative(
         let mut rejected = false;
         for (i, (&x, q)) in drafts.iter().zip(&q_dists).enumerate() {
             let pos = (base - run.n_prompt + i) as u64;
-            let logits = row(&mut rows, i, &mut verify_s)?;
-            let p = probabilities(&logits, &scratch[..base + i], &req.sampling, n_vocab);
+            ensure_row(&mut rows, i, &mut verify_s)?;
+            let logits = rows.row(i).unwrap_or_default();
+            let p = probabilities(logits, &scratch[..base + i], &req.sampling, n_vocab);
             let mixed = mix(req.rule, &p, q, req.budget);
             let verdict = verify_token(
                 &mixed.pi_mixed,
@@ -614,7 +621,7 @@ pub fn generate_speculative(
                 round: Some(round),
                 ..plain_token(verdict.token, TokenSource::Target)
             };
-            run.emit(info, Some(nll_at_t1(&logits, verdict.token, n_vocab)))?;
+            run.emit(info, Some(nll_at_t1(logits, verdict.token, n_vocab)))?;
             if verdict.accepted {
                 n_accepted += 1;
                 run.tally.accepted_at[i] += 1;
@@ -630,12 +637,13 @@ pub fn generate_speculative(
         let k = drafts.len();
         if !rejected && !run.done() && (k == 0 || req.bonus) {
             let pos = (base - run.n_prompt + k) as u64;
-            let logits = row(&mut rows, k, &mut verify_s)?;
-            let p = probabilities(&logits, &run.context, &req.sampling, n_vocab);
+            ensure_row(&mut rows, k, &mut verify_s)?;
+            let logits = rows.row(k).unwrap_or_default();
+            let p = probabilities(logits, &run.context, &req.sampling, n_vocab);
             let x = sample_index(&p, uniform(req.seed, pos, Purpose::TargetSample)) as u32;
             let source = if k == 0 { TokenSource::Target } else { TokenSource::Bonus };
             let info = TokenInfo { p_target: Some(p[x as usize]), round: Some(round), ..plain_token(x, source) };
-            run.emit(info, Some(nll_at_t1(&logits, x, n_vocab)))?;
+            run.emit(info, Some(nll_at_t1(logits, x, n_vocab)))?;
         }
 
         // Roll back: both caches keep only positions whose tokens are in the context, minus the

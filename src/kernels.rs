@@ -11,7 +11,6 @@
 //! product is an exact integer sum times the two scales. Per (row, block) the arithmetic is the
 //! same whatever the number of rows, so a batched result equals the single-row result exactly.
 
-use rayon::prelude::*;
 
 pub const BLOCK: usize = 32;
 /// Bytes of one GGML Q8_0 block: f16 scale + 32 × i8.
@@ -321,7 +320,7 @@ fn batched_matmul(k: &impl RowKernel, x: &[f32], n_rows: usize) -> Vec<f32> {
     // Big matrices (the vocabulary head) in fewer, larger tasks: a task costs a few µs to hand out.
     let chunk = OUT_CHUNK.max(n_out / (rayon::current_num_threads() * 8)).next_multiple_of(OUT_CHUNK);
     let y_ptr = SharedOut(y.as_mut_ptr());
-    (0..n_out.div_ceil(chunk)).into_par_iter().for_each(|c| {
+    crate::team::run(n_out.div_ceil(chunk), &|c| {
         let mut local = [0f32; OUT_CHUNK * MAX_LOCAL_ROWS];
         let mut heap = Vec::new();
         let o_end = ((c + 1) * chunk).min(n_out);

@@ -21,6 +21,7 @@ pub mod model;
 pub mod models;
 pub mod presets;
 pub mod sampling;
+mod team;
 pub mod tokenizer;
 
 pub use engine::{load_model, Engine};

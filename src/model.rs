@@ -460,7 +460,8 @@ impl Transformer {
     /// Run `tokens` at positions `n_cached .. n_cached + tokens.len()` and return their logits,
     /// one row per token: `(n_new, n_vocab)`.
     pub fn forward(&mut self, tokens: &[u32]) -> Result<Tensor> {
-        if self.device.is_cpu() && rayon::current_thread_index().is_none() {
+        if self.device.is_cpu() && !self.native && rayon::current_thread_index().is_none() {
+            // (The tensor-free step runs its parallel sections on `crate::team` from this thread.)
             // Run the whole step on a pool thread: the kernels' parallel sections then share the
             // caller's thread instead of waking two workers while the caller sleeps (with as many
             // workers as cores, the caller otherwise competes with the spinning workers).
@@ -593,8 +594,7 @@ impl Transformer {
         let n = tokens.len();
         if self.native && self.cpu.is_some() && !self.restrict_head {
             self.check_new_tokens(tokens)?;
-            let on_pool = self.device.is_cpu() && rayon::current_thread_index().is_none();
-            let hidden = if on_pool { rayon::scope(|_| self.native_hidden(tokens))? } else { self.native_hidden(tokens)? };
+            let hidden = self.native_hidden(tokens)?;
             if let Some(hidden) = hidden {
                 return Ok(LazyLogits { hidden, rows: vec![None; n] });
             }
@@ -608,7 +608,7 @@ impl Transformer {
         let Some(first) = l.rows[..upto].iter().position(|r| r.is_none()) else { return Ok(()) };
         let d = self.config.n_embd;
         let h = l.hidden.get(first * d..upto * d).ok_or_else(|| EngineError::InvalidSetting("lazy logits: hidden states missing".into()))?.to_vec();
-        let on_pool = self.device.is_cpu() && rayon::current_thread_index().is_none();
+        let on_pool = self.device.is_cpu() && !self.native && rayon::current_thread_index().is_none();
         let logits = if on_pool { rayon::scope(|_| self.head_logits(h, upto - first))? } else { self.head_logits(h, upto - first)? };
         for (slot, row) in l.rows[first..upto].iter_mut().zip(logits.to_device(&Device::Cpu)?.to_vec2::<f32>()?) {
             *slot = Some(row);
