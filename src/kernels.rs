@@ -224,36 +224,17 @@ trait RowKernel: Sync {
     fn n_in(&self) -> usize;
     /// The portable path for outputs `outs`.
     fn portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]);
-    /// Output `o` for activation rows `r0 .. r0 + n` (1 ≤ n ≤ MAX_GROUP) into `out[..n]`.
+    /// Outputs `outs` for all activation rows, into `local` laid out `(out, row)`.
     /// Safety: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn group_avx2_n(&self, o: usize, r0: usize, n: usize, xq: &Q8Rows, out: &mut [f32]);
-    /// Most rows `group_avx2_n` takes at once (≤ MAX_GROUP).
-    #[cfg(target_arch = "x86_64")]
-    fn max_group(&self) -> usize {
-        MAX_GROUP
-    }
+    unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]);
 
     fn rows_for(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
             if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                let n_rows = xq.n_rows;
-                // Rows in near-equal groups of at most max_group (with 5: 9 rows → 5 + 4, 8 → 4 + 4;
-                // larger groups spill registers): a group's accumulators stay in registers, each
-                // weight block is loaded once per group, and the output row's weights stay in L1
-                // across groups.
-                let n_groups = n_rows.div_ceil(self.max_group());
-                for (i, o) in outs.enumerate() {
-                    let out = &mut local[i * n_rows..(i + 1) * n_rows];
-                    let mut r0 = 0;
-                    for g in 0..n_groups {
-                        let n = (n_rows - r0).div_ceil(n_groups - g);
-                        // SAFETY: the features were just detected.
-                        unsafe { self.group_avx2_n(o, r0, n, xq, &mut out[r0..]) };
-                        r0 += n;
-                    }
-                }
+                // SAFETY: the features were just detected.
+                unsafe { self.rows_avx2(outs, xq, local) };
                 return;
             }
         }
@@ -270,6 +251,27 @@ trait RowKernel: Sync {
     #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
     fn rows_neon(&self, _outs: std::ops::Range<usize>, _xq: &Q8Rows, _local: &mut [f32]) -> bool {
         false
+    }
+}
+
+/// The loop of the AVX2 paths, inlined into each kernel's function with its CPU features (so the
+/// per-group calls inline too: called once per output and group, they were ~18% of a draft step,
+/// whose 192-wide rows hold only 6 blocks). Each output's rows go in near-equal groups of at most
+/// `max_group` (9 rows with 3: 3 + 3 + 3; larger groups spill registers): a group's accumulators
+/// stay in registers, each weight block is loaded once per group, and the output's weights stay
+/// in L1 across its groups.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn for_groups(outs: std::ops::Range<usize>, n_rows: usize, max_group: usize, local: &mut [f32], mut group: impl FnMut(usize, usize, usize, &mut [f32])) {
+    let n_groups = n_rows.div_ceil(max_group);
+    for (i, o) in outs.enumerate() {
+        let out = &mut local[i * n_rows..(i + 1) * n_rows];
+        let mut r0 = 0;
+        for g in 0..n_groups {
+            let n = (n_rows - r0).div_ceil(n_groups - g);
+            group(o, r0, n, &mut out[r0..]);
+            r0 += n;
+        }
     }
 }
 
@@ -676,25 +678,32 @@ impl RowKernel for Q8Matrix {
     fn portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         self.rows_portable(outs, xq, local);
     }
-    /// AVX2 alone has 16 vector registers: 5 rows' integer and float accumulators plus the
-    /// weights, their absolute values, the activations and a constant do not fit, and a 9-row
-    /// product (5 + 4) cost 2.5x a 4-row one in `cargo bench` (AMD EPYC without AVX-512). VNNI
-    /// needs fewer temporaries, and AVX-512VL gives 32 registers.
     #[cfg(target_arch = "x86_64")]
-    fn max_group(&self) -> usize {
+    unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         if use_vnni() {
-            MAX_GROUP
+            self.rows_vnni(outs, xq, local)
         } else {
-            4
+            self.rows_avx2_only(outs, xq, local)
         }
     }
+}
+
+impl Q8Matrix {
+    /// AVX2 alone has 16 vector registers: 5 rows' integer and float accumulators plus the
+    /// weights, their absolute values, the activations and a constant do not fit, and a 9-row
+    /// product (5 + 4) cost 2.5x a 4-row one in `cargo bench` (AMD EPYC without AVX-512): groups
+    /// of at most 4 rows.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn group_avx2_n(&self, o: usize, r0: usize, n: usize, xq: &Q8Rows, out: &mut [f32]) {
-        if use_vnni() {
-            dispatch_group!(self, group_vnni, o, r0, n, xq, out)
-        } else {
-            dispatch_group!(self, o, r0, n, xq, out)
-        }
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_avx2_only(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
+        for_groups(outs, xq.n_rows, 4, local, |o, r0, n, out| dispatch_group!(self, o, r0, n, xq, out))
+    }
+
+    /// VNNI needs fewer temporaries, and AVX-512VL gives 32 registers: groups of MAX_GROUP.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+    unsafe fn rows_vnni(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
+        for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| dispatch_group!(self, group_vnni, o, r0, n, xq, out))
     }
 }
 
@@ -943,16 +952,20 @@ impl RowKernel for Q4Matrix {
     fn portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         self.rows_portable(outs, xq, local);
     }
-    /// 3 rows: the 8 unpacked weight vectors of a group stay in registers for all rows, beside
-    /// each row's two accumulators. `cargo bench` 1536 × 576 (AMD EPYC, AVX2 only, 2 threads):
-    /// 9 rows in 151 µs with groups of 3, 173 µs with 2, 184 µs with 4, 202 µs with 5.
     #[cfg(target_arch = "x86_64")]
-    fn max_group(&self) -> usize {
-        3
+    unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
+        self.rows_avx2_impl(outs, xq, local)
     }
+}
+
+impl Q4Matrix {
+    /// Groups of 3 rows: the 8 unpacked weight vectors of a group stay in registers for all rows,
+    /// beside each row's two accumulators. `cargo bench` 1536 × 576 (AMD EPYC, AVX2 only, 2
+    /// threads): 9 rows in 151 µs with groups of 3, 173 µs with 2, 184 µs with 4, 202 µs with 5.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn group_avx2_n(&self, o: usize, r0: usize, n: usize, xq: &Q8Rows, out: &mut [f32]) {
-        dispatch_group!(self, o, r0, n, xq, out)
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_avx2_impl(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
+        for_groups(outs, xq.n_rows, 3, local, |o, r0, n, out| dispatch_group!(self, o, r0, n, xq, out))
     }
 }
 
