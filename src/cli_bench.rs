@@ -1,6 +1,6 @@
-//! `mentor-lab bench`: the reference experiment's methodology in one command. For each
-//! configuration: one warm-up run, then R timed repeats each covering S seeds; a Markdown table of
-//! medians, and optionally every raw measurement as JSON.
+//! `mentor-lab bench`: the reference experiment's methodology in one command. One warm-up run per
+//! configuration, then R timed repeats, in each of which every configuration runs S seeds in turn;
+//! a Markdown table of medians, and optionally every raw measurement as JSON.
 
 use crate::ModelArgs;
 use anyhow::{bail, Context, Result};
@@ -145,22 +145,31 @@ pub fn run(args: BenchArgs) -> Result<()> {
     );
     let cancel = AtomicBool::new(false);
     let mut all: Vec<Measurement> = Vec::new();
+    let req_for = |c: &BenchConfig, seed: u64| GenerateRequest {
+        seed,
+        mode: c.mode,
+        draft_len: c.draft_len,
+        rule: c.rule,
+        budget: c.budget,
+        bonus: c.bonus,
+        ..base.clone()
+    };
+    eprint!("warm-up:");
     for c in &configs {
-        let req_for = |seed: u64| GenerateRequest {
-            seed,
-            mode: c.mode,
-            draft_len: c.draft_len,
-            rule: c.rule,
-            budget: c.budget,
-            bonus: c.bonus,
-            ..base.clone()
-        };
-        eprint!("{:<18} warm-up", c.label);
-        engine.generate(&req_for(1_000_003), &cancel, &mut |_| {})?;
-        for repeat in 0..args.repeats {
+        engine.generate(&req_for(c, 1_000_003), &cancel, &mut |_| {})?;
+        eprint!(" {}", c.label);
+    }
+    eprintln!();
+    // Configurations take turns within each repeat: this VM's speed drifts by tens of percent
+    // over a minute, and running one configuration's repeats back to back put that drift into
+    // the speedups.
+    for repeat in 0..args.repeats {
+        eprint!("repeat {}/{}:", repeat + 1, args.repeats);
+        for c in &configs {
+            eprint!(" {}", c.label);
             for s in 0..args.seeds {
                 let seed = s as u64;
-                let g = engine.generate(&req_for(seed), &cancel, &mut |_| {})?;
+                let g = engine.generate(&req_for(c, seed), &cancel, &mut |_| {})?;
                 let st = &g.stats;
                 eprint!(" {:.2}s", st.e2e_s);
                 all.push(Measurement {
