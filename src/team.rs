@@ -17,6 +17,11 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering:
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+/// Name prefix of the threads that compute for the engine (the team's helpers, rayon's pool in the
+/// app): the app tells their CPU time from the UI's by it (`crate::app::measure`). Thread names are
+/// cut to 15 bytes on Linux; the prefix fits.
+pub const COMPUTE_THREAD_PREFIX: &str = "mentor-cpu-";
+
 /// Most tasks one section can have (the ticket's task fields are 16 bits).
 pub const MAX_TASKS: usize = u16::MAX as usize;
 /// How long an idle helper spins on the ticket before yielding its core between checks.
@@ -127,7 +132,7 @@ impl Team {
             (0..n)
                 .filter_map(|i| {
                     std::thread::Builder::new()
-                        .name(format!("mentor-lab-team-{i}"))
+                        .name(format!("{COMPUTE_THREAD_PREFIX}t{i}"))
                         .spawn(move || self.helper_loop(i))
                         .ok()
                         .map(|h| Helper { thread: h.thread().clone(), parked: AtomicBool::new(false) })

@@ -67,8 +67,9 @@ impl CpuSplit {
     }
 }
 
-/// Name prefix of the compute pool's threads (see [`name_compute_threads`]).
-pub const COMPUTE_THREAD_PREFIX: &str = "mentor-cpu-";
+/// Name prefix of the compute threads (rayon's pool, see [`name_compute_threads`], and the team
+/// that runs the CPU forward's parallel sections).
+pub use crate::team::COMPUTE_THREAD_PREFIX;
 
 /// Build rayon's global pool (our kernels' threads) with names, so that their CPU time can be told
 /// from the UI's. Call before anything computes; harmless if the pool exists already.
