@@ -503,6 +503,18 @@ pub fn likely_rows(alpha: f64, k: usize) -> usize {
 }
 
 /// Speculative / mentored decoding with `draft` proposing and `target` verifying.
+/// Row i of a round's verify logits, borrowed (a 49152-float copy per token cost more than the
+/// mentor math); computes the rest of the output head first if the walk got past the likely rows,
+/// adding that time to `verify_s`.
+fn verify_row<'a>(model: &Transformer, rows: &'a mut LazyLogits, i: usize, verify_s: &mut f64) -> Result<&'a [f32]> {
+    if rows.row(i).is_none() {
+        let t = Instant::now();
+        model.lazy_rows(rows, rows.len())?;
+        *verify_s += t.elapsed().as_secs_f64();
+    }
+    rows.row(i).ok_or_else(|| EngineError::InvalidSetting(format!("verify row {i} missing")))
+}
+
 pub fn generate_speculative(
     target: &mut LoadedModel,
     draft: &mut LoadedModel,
@@ -571,28 +583,12 @@ pub fn generate_speculative(
         // rest only if the walk below gets that far.
         tmodel.lazy_rows(&mut rows, likely_rows(policy.alpha(), drafts.len()))?;
         let mut verify_s = t_verify.elapsed().as_secs_f64();
-        // Row i of the verify logits, computing the rest of the head first if the walk got past
-        // the likely rows; borrowed, not copied (a 49152-float copy per token cost more than the
-        // mentor math here).
-        let ensure_row = |rows: &mut LazyLogits, i: usize, verify_s: &mut f64| -> Result<()> {
-            if rows.row(i).is_none() {
-                let t = Instant::now();
-                tmodel.lazy_rows(rows, rows.len())?;
-                *verify_s += t.elapsed().as_secs_f64();
-            }
-            match rows.row(i) {
-                Some(_) => Ok(()),
-                None => Err(EngineError::InvalidSetting(format!("verify row {i} missing"))),
-            }
-        };
-
         // Accept: walk the drafted tokens in order; the first rejection ends the round.
         let mut n_accepted = 0;
         let mut rejected = false;
         for (i, (&x, q)) in drafts.iter().zip(&q_dists).enumerate() {
             let pos = (base - run.n_prompt + i) as u64;
-            ensure_row(&mut rows, i, &mut verify_s)?;
-            let logits = rows.row(i).unwrap_or_default();
+            let logits = verify_row(tmodel, &mut rows, i, &mut verify_s)?;
             let p = probabilities(logits, &scratch[..base + i], &req.sampling, n_vocab);
             let mixed = mix(req.rule, &p, q, req.budget);
             let verdict = verify_token(
@@ -637,8 +633,7 @@ pub fn generate_speculative(
         let k = drafts.len();
         if !rejected && !run.done() && (k == 0 || req.bonus) {
             let pos = (base - run.n_prompt + k) as u64;
-            ensure_row(&mut rows, k, &mut verify_s)?;
-            let logits = rows.row(k).unwrap_or_default();
+            let logits = verify_row(tmodel, &mut rows, k, &mut verify_s)?;
             let p = probabilities(logits, &run.context, &req.sampling, n_vocab);
             let x = sample_index(&p, uniform(req.seed, pos, Purpose::TargetSample)) as u32;
             let source = if k == 0 { TokenSource::Target } else { TokenSource::Bonus };

@@ -461,10 +461,10 @@ impl Transformer {
     /// one row per token: `(n_new, n_vocab)`.
     pub fn forward(&mut self, tokens: &[u32]) -> Result<Tensor> {
         if self.device.is_cpu() && !self.native && rayon::current_thread_index().is_none() {
-            // (The tensor-free step runs its parallel sections on `crate::team` from this thread.)
-            // Run the whole step on a pool thread: the kernels' parallel sections then share the
-            // caller's thread instead of waking two workers while the caller sleeps (with as many
-            // workers as cores, the caller otherwise competes with the spinning workers).
+            // The tensor path runs the whole step on a pool thread: the kernels' parallel sections
+            // then share the caller's thread instead of waking two workers while the caller sleeps
+            // (with as many workers as cores, the caller otherwise competes with the spinning
+            // workers). The tensor-free step runs its sections on `crate::team` from this thread.
             return rayon::scope(|_| self.forward_impl(tokens));
         }
         self.forward_impl(tokens)
