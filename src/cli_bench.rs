@@ -269,7 +269,7 @@ pub fn cost(args: CostArgs) -> Result<()> {
         1e3 * prefill,
         ctx.len() as f64 / prefill
     );
-    println!("| k new tokens | forward ms | relative to k = 1 |");
+    println!("| k new tokens | forward ms (median) | relative to k = 1 (median of paired ratios) |");
     println!("|---|---|---|");
     let mut ks = vec![1usize];
     ks.extend(args.k.iter().copied().filter(|&k| k > 1));
