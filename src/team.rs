@@ -129,8 +129,10 @@ impl Team {
     fn start_helpers(&'static self) -> &'static [Helper] {
         self.helpers.get_or_init(|| {
             let n = rayon::current_num_threads().saturating_sub(1);
+            // A helper finds its slot by index: stop at the first thread that cannot be spawned so
+            // the indices stay those of the list.
             (0..n)
-                .filter_map(|i| {
+                .map_while(|i| {
                     std::thread::Builder::new()
                         .name(format!("{COMPUTE_THREAD_PREFIX}t{i}"))
                         .spawn(move || self.helper_loop(i))
