@@ -1,5 +1,5 @@
 //! `mentor-lab bench`: the reference experiment's methodology in one command. One warm-up run per
-//! configuration, then R timed repeats, in each of which every configuration runs S seeds in turn;
+//! configuration, then R timed repeats of S seeds, each seed running every configuration in turn;
 //! a Markdown table of medians, and optionally every raw measurement as JSON.
 
 use crate::ModelArgs;
@@ -160,18 +160,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
         eprint!(" {}", c.label);
     }
     eprintln!();
-    // Configurations take turns within each repeat: this VM's speed drifts by tens of percent
-    // over a minute, and running one configuration's repeats back to back put that drift into
-    // the speedups.
+    // Configurations take turns within each seed of each repeat, starting one later each time:
+    // this VM's speed drifts by tens of percent within a minute, and whatever separates two runs
+    // that are compared goes into their ratio.
     for repeat in 0..args.repeats {
         eprint!("repeat {}/{}:", repeat + 1, args.repeats);
-        for c in &configs {
-            eprint!(" {}", c.label);
-            for s in 0..args.seeds {
-                let seed = s as u64;
+        for s in 0..args.seeds {
+            let seed = s as u64;
+            let shift = (repeat * args.seeds + s) % configs.len();
+            for c in configs.iter().cycle().skip(shift).take(configs.len()) {
                 let g = engine.generate(&req_for(c, seed), &cancel, &mut |_| {})?;
                 let st = &g.stats;
-                eprint!(" {:.2}s", st.e2e_s);
+                eprint!(" {} {:.2}s", c.label, st.e2e_s);
                 all.push(Measurement {
                     config: c.label.clone(),
                     repeat,
@@ -194,8 +194,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         eprintln!();
     }
-    let target_median = median(all.iter().filter(|m| m.config == "target").map(|m| m.e2e_s).collect());
-    println!("| config | acceptance | avg rounds/request | median e2e (s) | tok/s | speedup vs target-only | mean target NLL | draft s | verify s |");
+    // Speedup: the median over (repeat, seed) of target-only's time over the configuration's, each
+    // pair run within seconds of each other.
+    let speedup = |label: &str| {
+        let ratios: Vec<f64> = all
+            .iter()
+            .filter(|m| m.config == label)
+            .filter_map(|m| all.iter().find(|t| t.config == "target" && t.repeat == m.repeat && t.seed == m.seed).map(|t| t.e2e_s / m.e2e_s))
+            .collect();
+        median(ratios)
+    };
+    println!("| config | acceptance | avg rounds/request | median e2e (s) | tok/s | speedup vs target-only (median of paired ratios) | mean target NLL | draft s | verify s |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for c in &configs {
         let ms: Vec<&Measurement> = all.iter().filter(|m| m.config == c.label).collect();
@@ -210,7 +219,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             if spec { format!("{:.1}", mean(ms.iter().map(|m| m.n_rounds as f64))) } else { "-".into() },
             e2e,
             mean(ms.iter().map(|m| m.n_tokens as f64 / m.e2e_s)),
-            if target_median.is_finite() { format!("{:.2}x", target_median / e2e) } else { "-".into() },
+            { let x = speedup(&c.label); if x.is_finite() { format!("{x:.2}x") } else { "-".into() } },
             mean(ms.iter().map(|m| m.mean_target_nll)),
             if spec { format!("{:.2}", median(ms.iter().map(|m| m.draft_s).collect())) } else { "-".into() },
             if spec { format!("{:.2}", median(ms.iter().map(|m| m.verify_s).collect())) } else { "-".into() },
