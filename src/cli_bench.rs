@@ -266,7 +266,7 @@ pub fn cost(args: CostArgs) -> Result<()> {
     // Prefill: the whole context in one forward.
     let prefill = time(&mut || {
         m.model.clear()?;
-        m.model.forward(ctx)?;
+        m.model.feed(ctx)?;
         Ok(())
     })?;
     println!(

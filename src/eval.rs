@@ -83,7 +83,7 @@ impl Acc {
 /// Median seconds of `n` single-token steps after a prefill of `ctx`.
 fn step_time(m: &mut LoadedModel, ctx: &[u32], n: usize) -> Result<f64> {
     m.model.clear()?;
-    m.model.forward(ctx)?;
+    m.model.feed(ctx)?;
     let mut times = Vec::with_capacity(n);
     let mut tok = ctx[ctx.len() - 1];
     for _ in 0..n {

@@ -418,7 +418,7 @@ fn new_run<'a>(
 fn prefill(model: &mut Transformer, ids: &[u32]) -> Result<()> {
     model.clear()?;
     if ids.len() > 1 {
-        model.forward(&ids[..ids.len() - 1])?;
+        model.feed(&ids[..ids.len() - 1])?;
     }
     Ok(())
 }
@@ -550,7 +550,7 @@ pub fn generate_speculative(
         let mut scratch = run.context.clone();
         if k_cap > 0 {
             let unseen = run.context[dmodel.n_cached()..].to_vec();
-            let mut logits = dmodel.forward_rows(&unseen)?.pop().unwrap_or_default();
+            let mut logits = dmodel.forward_last(&unseen)?;
             for i in 0..k_cap {
                 let q = probabilities(&logits, &scratch, &req.sampling, n_vocab);
                 let confident = q.iter().copied().fold(0.0f32, f32::max) >= MIN_DRAFT_CONFIDENCE;

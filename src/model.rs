@@ -585,6 +585,35 @@ impl Transformer {
         Ok(self.forward(tokens)?.to_device(&Device::Cpu)?.to_vec2::<f32>()?)
     }
 
+    /// Feed `tokens` into the cache without computing any logits (the prompt's prefill). On the
+    /// CPU the default target's output head costs about a quarter as much per row as the rest of
+    /// the forward, all of it wasted on rows nobody reads. The tensor path computes them anyway.
+    pub fn feed(&mut self, tokens: &[u32]) -> Result<()> {
+        if self.native && self.cpu.is_some() {
+            self.check_new_tokens(tokens)?;
+            if self.native_hidden(tokens)?.is_some() {
+                return Ok(());
+            }
+        }
+        self.forward(tokens).map(|_| ())
+    }
+
+    /// Feed `tokens` and return the logits of the last one only (a draft catching up on the
+    /// tokens it has not seen needs no other row). The same values as the last row of
+    /// [`Self::forward_rows`]: the kernels give each row the same result batched or alone.
+    pub fn forward_last(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let missing = || EngineError::InvalidSetting("forward returned no logits".into());
+        if self.native && self.cpu.is_some() {
+            self.check_new_tokens(tokens)?;
+            if let Some(hidden) = self.native_hidden(tokens)? {
+                let d = self.config.n_embd;
+                let last = hidden.len().checked_sub(d).map(|start| hidden[start..].to_vec()).ok_or_else(missing)?;
+                return self.head_logits(last, 1)?.to_device(&Device::Cpu)?.to_vec2::<f32>()?.pop().ok_or_else(missing);
+            }
+        }
+        self.forward_rows(tokens)?.pop().ok_or_else(missing)
+    }
+
     /// A forward whose vocabulary head runs only for the rows asked for ([`Self::lazy_rows`]).
     /// Verification stops at the first rejected draft token, so the rows after it are never
     /// used; on the CPU the head (49152 × 576 for the default target) costs about as much per

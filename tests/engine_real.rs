@@ -108,6 +108,30 @@ fn truncate_then_refeed_reproduces_logits_exactly() {
     }
 }
 
+/// `feed` (no logits) and `forward_last` (the last row only), as prefill and the draft's catching
+/// up use them, leave the cache as `forward_rows` does and give exactly its last row, for the
+/// target and for the draft with its restricted head.
+#[test]
+fn feed_and_forward_last_match_forward_rows() {
+    let mut models = vec![load_target(WeightFormat::Auto)];
+    if let Some(path) = common::draft_path() {
+        models.push(mentor_lab::load_model(&path, WeightFormat::Auto, &candle_core::Device::Cpu).unwrap());
+    }
+    for m in &mut models {
+        let ids = m.tokenizer.prompt_ids("Name a planet and one fact about it.", false).unwrap();
+        let (head, tail) = ids.split_at(ids.len() - 3);
+        let rows = m.model.forward_rows(&ids).unwrap();
+        let next_full = m.model.forward_rows(&[42]).unwrap().remove(0);
+        m.model.clear().unwrap();
+        m.model.feed(head).unwrap();
+        assert_eq!(m.model.n_cached(), head.len());
+        assert_eq!(m.model.forward_last(tail).unwrap(), rows[ids.len() - 1], "last row of {}", m.info.name);
+        assert_eq!(m.model.n_cached(), ids.len());
+        assert_eq!(m.model.forward_rows(&[42]).unwrap().remove(0), next_full, "the cache after feed + forward_last");
+        assert!(m.model.forward_last(&[]).is_err(), "no tokens is an error, not a panic");
+    }
+}
+
 #[test]
 fn kv_cache_grows_past_initial_capacity() {
     let mut m = load_target(WeightFormat::Auto);
