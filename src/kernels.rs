@@ -296,6 +296,26 @@ pub(crate) unsafe fn hsum256(a: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(s1)
 }
 
+/// A kernel type's `group_avx2::<N>` and `group_vnni::<N>`: its `group_body::<N, VNNI>` (output
+/// `o` for activation rows `r0 .. r0 + N`, inlined) compiled once with AVX2 + FMA and once with
+/// AVX-512 VNNI added. Both give the same results (`vnni_kernels_equal_the_avx2_ones`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! group_entry_points {
+    () => {
+        #[target_feature(enable = "avx2,fma")]
+        #[inline]
+        unsafe fn group_avx2<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+            self.group_body::<N, false>(o, r0, xq, out)
+        }
+
+        #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+        #[inline]
+        unsafe fn group_vnni<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+            self.group_body::<N, true>(o, r0, xq, out)
+        }
+    };
+}
+
 /// Dispatch a runtime group size to the const-generic `group_avx2::<N>` of a kernel type.
 #[cfg(target_arch = "x86_64")]
 macro_rules! dispatch_group {
@@ -464,25 +484,12 @@ impl Q8Matrix {
         }
     }
 
-    /// Output `o` for activation rows `r0 .. r0 + N` (AVX2).
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn group_avx2<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
-        self.group_body::<N, false>(o, r0, xq, out)
-    }
+    group_entry_points!();
 
-    /// The same with AVX-512 VNNI's `vpdpbusd` (on 256-bit registers) for the multiply-adds: one
-    /// instruction instead of three per block and row, and the same integer sums, so the results
-    /// are identical.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-    #[inline]
-    unsafe fn group_vnni<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
-        self.group_body::<N, true>(o, r0, xq, out)
-    }
-
-    /// Shared body; inlined into the two functions above, which set the CPU features.
+    /// Output `o` for activation rows `r0 .. r0 + N`. With VNNI, AVX-512 VNNI's `vpdpbusd` (on
+    /// 256-bit registers) does the multiply-adds: one instruction instead of three per block and
+    /// row, and the same integer sums, so the results are identical.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn group_body<const N: usize, const VNNI: bool>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
@@ -851,26 +858,13 @@ impl Q4Matrix {
         }
     }
 
-    /// Output `o` for activation rows `r0 .. r0 + N` (AVX2).
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn group_avx2<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
-        self.group_body::<N, false>(o, r0, xq, out)
-    }
+    group_entry_points!();
 
-    /// The same with VNNI's `vpdpbusd` (unsigned 4-bit weights times signed activations, four
-    /// products summed into each 32-bit lane): one instruction per row and vector instead of a
-    /// `maddubs` and a 16-bit add, and no widening per chunk. The integer sums are the same, so
-    /// the results are identical to [`Self::group_avx2`]'s.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-    #[inline]
-    unsafe fn group_vnni<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
-        self.group_body::<N, true>(o, r0, xq, out)
-    }
-
-    /// Shared body; inlined into the two functions above, which set the CPU features.
+    /// Output `o` for activation rows `r0 .. r0 + N`. With VNNI, `vpdpbusd` (unsigned 4-bit
+    /// weights times signed activations, four products summed into each 32-bit lane) is one
+    /// instruction per row and vector instead of a `maddubs` and a 16-bit add, with no widening
+    /// per chunk; the integer sums are the same, so the results are identical.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn group_body<const N: usize, const VNNI: bool>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
