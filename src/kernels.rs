@@ -210,11 +210,18 @@ fn finish_rows(n_rows: usize, n_in: usize, scales: Vec<f32>, quants: Vec<i8>, sc
             interleave_into(plain, il);
         }
     }
+    Q8Rows { n_rows, scales, quants, quants_il, quants_u8: Vec::new(), scaled_sums }
+}
+
+impl Q8Rows {
+    /// Fill `quants_u8` where a Q8_0 VNNI kernel will read it (groups of 2 or more rows); the
+    /// 4-bit kernels and the AVX2 paths never do.
     #[cfg(target_arch = "x86_64")]
-    let quants_u8 = if n_rows > 1 && use_vnni() { quants_il.iter().map(|&q| (q as u8) ^ 0x80).collect() } else { Vec::new() };
-    #[cfg(not(target_arch = "x86_64"))]
-    let quants_u8 = Vec::new();
-    Q8Rows { n_rows, scales, quants, quants_il, quants_u8, scaled_sums }
+    fn fill_unsigned_for_vnni(&mut self) {
+        if self.n_rows > 1 && use_vnni() {
+            self.quants_u8 = self.quants_il.iter().map(|&q| (q as u8) ^ 0x80).collect();
+        }
+    }
 }
 
 /// Anything that can compute a range of outputs for all activation rows, into `local` laid out
@@ -222,6 +229,11 @@ fn finish_rows(n_rows: usize, n_in: usize, scales: Vec<f32>, quants: Vec<i8>, sc
 trait RowKernel: Sync {
     fn n_out(&self) -> usize;
     fn n_in(&self) -> usize;
+    /// Whether the kernel reads the activations as unsigned bytes ([`Q8Rows::quants_u8`]).
+    #[cfg(target_arch = "x86_64")]
+    fn reads_unsigned(&self) -> bool {
+        false
+    }
     /// The portable path for outputs `outs`.
     fn portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]);
     /// Outputs `outs` for all activation rows, into `local` laid out `(out, row)`.
@@ -337,7 +349,12 @@ macro_rules! dispatch_group {
 fn batched_matmul(k: &impl RowKernel, x: &[f32], n_rows: usize) -> Vec<f32> {
     let (n_out, n_in) = (k.n_out(), k.n_in());
     assert_eq!(x.len(), n_rows * n_in, "activation shape");
-    let xq = quantize_rows(x, n_rows, n_in);
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+    let mut xq = quantize_rows(x, n_rows, n_in);
+    #[cfg(target_arch = "x86_64")]
+    if k.reads_unsigned() {
+        xq.fill_unsigned_for_vnni();
+    }
     let mut y = vec![0f32; n_rows * n_out];
     // About 16 tasks per thread (at least OUT_CHUNK outputs each): claiming one from the team is a
     // compare-and-swap, and smaller last tasks leave less idle time at a section's end. Four
@@ -687,6 +704,10 @@ impl RowKernel for Q8Matrix {
     }
     fn portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         self.rows_portable(outs, xq, local);
+    }
+    #[cfg(target_arch = "x86_64")]
+    fn reads_unsigned(&self) -> bool {
+        true
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
@@ -1090,7 +1111,8 @@ mod tests {
             let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 21), n_out, n_in).unwrap();
             let q4 = Q4Matrix::from_ggml_bytes(&q4_1_bytes(n_out, n_in, 22), n_out, n_in, true).unwrap();
             for n_rows in [1, 2, 3, 5, 6, 9, 17] {
-                let xq = quantize_rows(&pseudo_random(n_rows * n_in, 23 + n_rows as u64), n_rows, n_in);
+                let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 23 + n_rows as u64), n_rows, n_in);
+                xq.fill_unsigned_for_vnni();
                 let run = |f: &dyn Fn(&mut [f32])| {
                     let mut out = vec![0f32; n_out * n_rows];
                     f(&mut out);
