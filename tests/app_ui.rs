@@ -177,6 +177,7 @@ fn run_and_stop_send_the_right_commands() {
     assert!(target.is_some());
     assert_eq!(mentored.mode, mentor_lab::Mode::Speculative);
     assert!(h.state().view.busy());
+    assert_eq!(h.ctx.global_style().animation_time, 0.0, "no animations while a run streams");
     assert!(!cancel.load(Ordering::Relaxed));
     h.get_by_label("Stop").click();
     h.run_steps(2);
@@ -184,6 +185,7 @@ fn run_and_stop_send_the_right_commands() {
     rig.send(EngineEvent::Done { run_id });
     h.run_steps(2);
     assert!(!h.state().view.busy());
+    assert_eq!(h.ctx.global_style().animation_time, mentor_lab::app::ANIMATION_TIME, "animations are back when it ends");
     // Keyboard: Ctrl/Cmd+Enter runs, Esc stops.
     h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Enter);
     h.run_steps(2);
@@ -420,4 +422,18 @@ fn snapshot_main_window_dark() {
 #[test]
 fn snapshot_main_window_light() {
     snapshot(false, "main_window_light");
+}
+
+#[test]
+fn panels_are_drawn_by_the_clear_colour_of_their_theme() {
+    let ctx = egui::Context::default();
+    mentor_lab::app::panels_by_clearing(&ctx);
+    for theme in [egui::Theme::Dark, egui::Theme::Light] {
+        ctx.set_theme(theme);
+        let visuals = ctx.global_style().visuals.clone();
+        assert_eq!(visuals.panel_fill, egui::Color32::TRANSPARENT, "{theme:?}: panels leave their fill to the clear");
+        let want = theme.default_visuals().panel_fill;
+        assert_ne!(want.a(), 0);
+        assert_eq!(mentor_lab::app::clear_color(&visuals), want.to_normalized_gamma_f32(), "{theme:?}: the clear colour is the theme's panel colour");
+    }
 }

@@ -164,6 +164,10 @@ impl eframe::App for Measuring {
     fn persist_egui_memory(&self) -> bool {
         false
     }
+
+    fn clear_color(&self, visuals: &egui::Visuals) -> [f32; 4] {
+        super::clear_color(visuals)
+    }
 }
 
 /// Open the window, run the warm-up and one comparison per seed, return what the app measured.
@@ -183,6 +187,7 @@ pub fn measure_in_window(settings: Settings, seeds: Vec<u64>, stream_frame: Opti
         "Mentor Lab measure-ui",
         options,
         Box::new(move |cc| {
+            super::panels_by_clearing(&cc.egui_ctx);
             let engine = engine_thread::spawn(Some(cc.egui_ctx.clone()));
             engine.pacer.set_fixed(stream_frame);
             let app = MentorApp::new(settings, Vec::new(), engine, Box::new(NativeDialogs));
