@@ -174,7 +174,7 @@ fn fetch_progress_to_stderr() -> impl FnMut(FetchProgress) {
     }
 }
 
-/// Load the target, and the draft when `need_draft` (or when one was named).
+/// `mentor-lab measure-ui`: see [`mentor_lab::app::measure`].
 fn measure_ui(args: MeasureUiArgs) -> Result<()> {
     use mentor_lab::app::settings::Settings;
     if let Some(n) = args.threads {
@@ -198,7 +198,10 @@ fn measure_ui(args: MeasureUiArgs) -> Result<()> {
         ..Settings::default()
     };
     let seeds: Vec<u64> = (0..args.seeds).collect();
-    eprintln!("measure-ui: {} comparisons in the app's window (+1 warm-up), then the same without a window", seeds.len());
+    eprintln!(
+        "measure-ui: {} comparisons, each run twice in the app's window (drawn as in normal use, and not drawn), after a warm-up pair",
+        seeds.len()
+    );
     if args.stream_frame_ms == Some(0) {
         bail!("--stream-frame-ms must be at least 1 (leave it out for the app's own pacing)");
     }
@@ -207,34 +210,13 @@ fn measure_ui(args: MeasureUiArgs) -> Result<()> {
     if let Some(e) = ui.error {
         bail!("the app reported: {e}");
     }
-    // The same requests, same process, no window.
-    let mut engine = load_engine(&ModelArgs { target: None, draft: None, weights: WeightFormat::Auto, threads: args.threads }, true)?;
-    let cancel = AtomicBool::new(false);
-    let mut run = |seed: u64| -> Result<(f64, f64)> {
-        let s = Settings { seed, ..settings.clone() };
-        let t = engine.generate(&s.target_request(), &cancel, &mut |_| {})?.stats.e2e_s;
-        let m = engine.generate(&s.mentored_request(), &cancel, &mut |_| {})?.stats.e2e_s;
-        Ok((t, m))
-    };
-    run(mentor_lab::app::measure::WARM_UP_SEED)?;
-    let headless: Vec<(f64, f64)> = seeds.iter().map(|&s| run(s)).collect::<Result<_>>()?;
-    let median = |mut v: Vec<f64>| -> f64 {
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        if n == 0 {
-            f64::NAN
-        } else if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            0.5 * (v[n / 2 - 1] + v[n / 2])
-        }
-    };
-    let app_t: Vec<f64> = ui.records.iter().step_by(2).map(|r| r.e2e_s).collect();
-    let app_m: Vec<f64> = ui.records.iter().skip(1).step_by(2).map(|r| r.e2e_s).collect();
-    let label = settings.mentored_label();
+    if ui.drawn.len() != 2 * seeds.len() || ui.undrawn.len() != 2 * seeds.len() {
+        bail!("the window closed after {} drawn and {} undrawn runs of {}", ui.drawn.len(), ui.undrawn.len(), 2 * seeds.len());
+    }
+    let median = cli_bench::median;
     let frame_cpu_ms = median(ui.frame_cpu_s.iter().map(|&s| 1e3 * s as f64).collect());
     println!(
-        "measure-ui: {} threads, {} tokens; the window drew {} frames in {:.1} s ({:.1} per second), median frame CPU {:.1} ms (UI + painting), streaming frames {}",
+        "measure-ui: {} threads, {} tokens; drawn runs: {} frames in {:.1} s ({:.1} per second), median frame CPU {:.1} ms (UI + painting), streaming frames {}; undrawn runs: {} frames",
         candle_core::utils::get_num_threads(),
         args.tokens,
         ui.frames,
@@ -243,13 +225,14 @@ fn measure_ui(args: MeasureUiArgs) -> Result<()> {
         frame_cpu_ms,
         match stream_frame {
             Some(d) => format!("every {} ms (fixed)", d.as_millis()),
-            None => "paced by their cost (100-250 ms)".to_string(),
-        }
+            None => "paced by their cost (100-500 ms)".to_string(),
+        },
+        ui.undrawn_frames
     );
     if let Some(cpu) = ui.cpu {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
         println!(
-            "CPU while the window streamed: engine threads {:.1} s, everything else (UI thread, GL driver) {:.1} s = {:.1}% of the machine's {} cores over {:.1} s",
+            "CPU while the drawn runs streamed: engine threads {:.1} s, everything else (UI thread, GL driver) {:.1} s = {:.1}% of the machine's {} cores over {:.1} s",
             cpu.engine_s,
             cpu.other_s,
             100.0 * cpu.other_s / (cores * ui.seconds.max(1e-9)),
@@ -257,18 +240,19 @@ fn measure_ui(args: MeasureUiArgs) -> Result<()> {
             ui.seconds
         );
     }
-    println!("| run | app window, median e2e (s) | no window, median e2e (s) | app / no window |");
+    println!("| run | drawn, median e2e (s) | not drawn, median e2e (s) | drawn / not drawn (median of paired ratios) |");
     println!("|---|---|---|---|");
-    for (name, a, h) in [
-        ("target".to_string(), app_t, headless.iter().map(|x| x.0).collect::<Vec<_>>()),
-        (label, app_m, headless.iter().map(|x| x.1).collect()),
-    ] {
-        let (a, h) = (median(a), median(h));
-        println!("| {name} | {a:.3} | {h:.3} | {:.3} ({:+.1}%) |", a / h, 100.0 * (a / h - 1.0));
+    let label = settings.mentored_label();
+    for (name, offset) in [("target", 0), (label.as_str(), 1)] {
+        let e2e = |records: &[mentor_lab::app::view::RunRecord]| -> Vec<f64> { records.iter().skip(offset).step_by(2).map(|r| r.e2e_s).collect() };
+        let (drawn, undrawn) = (e2e(&ui.drawn), e2e(&ui.undrawn));
+        let ratio = median(drawn.iter().zip(&undrawn).map(|(d, u)| d / u).collect());
+        println!("| {name} | {:.3} | {:.3} | {ratio:.3} ({:+.1}%) |", median(drawn), median(undrawn), 100.0 * (ratio - 1.0));
     }
     Ok(())
 }
 
+/// Load the target, and the draft when `need_draft` (or when one was named).
 pub fn load_engine(args: &ModelArgs, need_draft: bool) -> Result<Engine> {
     if let Some(n) = args.threads {
         mentor_lab::set_threads(n);

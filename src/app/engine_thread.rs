@@ -88,8 +88,11 @@ pub struct EngineHandle {
 
 /// Shortest wait before streamed tokens are drawn (at most 10 frames per second while streaming).
 pub const STREAM_FRAME: Duration = Duration::from_millis(100);
-/// Longest wait, however costly a frame is (4 frames per second).
-pub const MAX_STREAM_FRAME: Duration = Duration::from_millis(250);
+/// Longest wait, however costly a frame is (2 frames per second). The engine's threads run each
+/// parallel section in step, so a frame drawn on any core stalls all of them: the engine loses
+/// about a frame's CPU time per frame, not a share of it. Under software GL a frame costs
+/// 15-20 ms of CPU (1400 × 900): every 250 ms, that was ~9% of the engine's time.
+pub const MAX_STREAM_FRAME: Duration = Duration::from_millis(500);
 /// While tokens stream, frames are spaced at least this many frame costs apart: drawing takes at
 /// most 1/25 = 4% of one core from the engine.
 const FRAME_COST_SPACING: u64 = 25;
@@ -106,6 +109,8 @@ pub struct FramePacer {
     measured_us: Arc<AtomicU32>,
     /// A fixed interval instead (ms), for measurements; 0: paced by cost.
     fixed_ms: Arc<AtomicU32>,
+    /// Events of a run in progress wake nobody (see [`Self::set_undrawn`]).
+    undrawn: Arc<AtomicBool>,
 }
 
 impl FramePacer {
@@ -131,6 +136,37 @@ impl FramePacer {
         self.fixed_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// While on, the events of a run in progress do not wake the UI, so nothing is drawn until
+    /// the run ends (its end, errors and loading still wake it): `measure-ui`'s runs without
+    /// drawing, in the same window and process as the drawn ones.
+    pub fn set_undrawn(&self, on: bool) {
+        self.undrawn.store(on, Ordering::Relaxed);
+    }
+
+    /// When the UI should draw after `ev`: None (not for this event), `Duration::ZERO` (at once)
+    /// or after a wait. Tokens and rounds stream at hundreds per second: a frame every 100-500 ms
+    /// ([`Self::interval`]) shows them just as well and leaves the cores to the engine (every
+    /// frame costs CPU, and much more where the GPU does not draw). So do the other events of a
+    /// run in progress (a pane starting or finishing while the other is still to run, a sweep's
+    /// points): drawn at once, each cost two frames while the engine was busy (egui draws twice
+    /// per immediate request). What ends a run, errors and loading are drawn at once.
+    pub fn wake_for(&self, ev: &EngineEvent) -> Option<Duration> {
+        let mid_run = matches!(
+            ev,
+            EngineEvent::Token { .. }
+                | EngineEvent::Round { .. }
+                | EngineEvent::Started { .. }
+                | EngineEvent::Finished { .. }
+                | EngineEvent::SweepPoint { .. }
+                | EngineEvent::SweepProgress { .. }
+        );
+        match (mid_run, self.undrawn.load(Ordering::Relaxed)) {
+            (false, _) => Some(Duration::ZERO),
+            (true, false) => Some(self.interval()),
+            (true, true) => None,
+        }
+    }
+
     /// The wait before streamed tokens are drawn.
     pub fn interval(&self) -> Duration {
         let fixed = self.fixed_ms.load(Ordering::Relaxed);
@@ -153,17 +189,12 @@ struct Outbox {
 
 impl Outbox {
     fn send(&self, ev: EngineEvent) {
-        // Tokens and rounds stream at hundreds per second: a frame every 100-250 ms (see
-        // FramePacer) shows them just as well and leaves the cores to the engine (every frame
-        // costs CPU, and much more where the GPU does not draw). Anything else is drawn at once.
-        let streaming = matches!(ev, EngineEvent::Token { .. } | EngineEvent::Round { .. });
+        let wake = self.pacer.wake_for(&ev);
         let _ = self.tx.send(ev);
-        if let Some(ctx) = &self.waker {
-            if streaming {
-                ctx.request_repaint_after(self.pacer.interval());
-            } else {
-                ctx.request_repaint();
-            }
+        match (&self.waker, wake) {
+            (Some(ctx), Some(Duration::ZERO)) => ctx.request_repaint(),
+            (Some(ctx), Some(after)) => ctx.request_repaint_after(after),
+            _ => {}
         }
     }
 }
@@ -393,7 +424,7 @@ mod tests {
         for _ in 0..50 {
             p.record(Some(0.5));
         }
-        assert_eq!(p.interval(), MAX_STREAM_FRAME, "never slower than 4 frames per second");
+        assert_eq!(p.interval(), MAX_STREAM_FRAME, "never slower than 2 frames per second");
         let before = p.interval();
         p.record(Some(f32::NAN));
         p.record(Some(-1.0));
@@ -409,5 +440,29 @@ mod tests {
         assert_eq!(p.interval(), Duration::from_millis(40));
         p.set_fixed(None);
         assert_eq!(p.interval(), MAX_STREAM_FRAME);
+    }
+
+    #[test]
+    fn a_run_in_progress_is_drawn_paced_and_its_end_at_once() {
+        let p = FramePacer::default();
+        p.set_fixed(Some(Duration::from_millis(120)));
+        let started = EngineEvent::Started { run_id: 1, pane: Pane::Target };
+        let round = EngineEvent::Round { run_id: 1, pane: Pane::Mentored, round: RoundInfo { index: 0, n_proposed: 4, n_accepted: 2, n_emitted: 3, draft_s: 0.01, verify_s: 0.02 }, t_s: 0.1 };
+        let progress = EngineEvent::SweepProgress { run_id: 1, done: 1, total: 4 };
+        let done = EngineEvent::Done { run_id: 1 };
+        let error = EngineEvent::Error { run_id: Some(1), message: "x".into() };
+        for ev in [&started, &round, &progress] {
+            assert_eq!(p.wake_for(ev), Some(Duration::from_millis(120)), "{ev:?}");
+        }
+        for ev in [&done, &error] {
+            assert_eq!(p.wake_for(ev), Some(Duration::ZERO), "{ev:?}");
+        }
+        p.set_undrawn(true);
+        for ev in [&started, &round, &progress] {
+            assert_eq!(p.wake_for(ev), None, "undrawn: {ev:?}");
+        }
+        assert_eq!(p.wake_for(&done), Some(Duration::ZERO), "the end of an undrawn run still wakes the UI");
+        p.set_undrawn(false);
+        assert_eq!(p.wake_for(&round), Some(Duration::from_millis(120)));
     }
 }

@@ -1,9 +1,13 @@
-//! `mentor-lab measure-ui`: the app's own measurement of a comparison, in the real window, to set
-//! against the same requests run without a window (the cost of drawing while tokens stream).
+//! `mentor-lab measure-ui`: what drawing costs the engine while tokens stream, as the app itself
+//! measures it.
 //!
-//! The window is a normal Mentor Lab window with the given settings; it runs one warm-up comparison
-//! and then one per seed, repainting on every engine event as in normal use, and closes itself.
-//! It never reads or writes the user's saved settings and history (no storage).
+//! One normal Mentor Lab window with the given settings runs each comparison (target-only +
+//! mentored, one seed) twice, back to back: once drawn as in normal use (repainting on the
+//! engine's events, paced as always) and once not drawn (the engine's events of the run wake
+//! nobody, so the window stays idle until the run ends). Same window, engine, models and memory;
+//! the order alternates from seed to seed, and a VM whose speed drifts moves both runs of a pair
+//! together. One warm-up pair comes first. The window closes itself, and it never reads or writes
+//! the user's saved settings and history (no storage).
 
 use super::engine_thread;
 use super::settings::Settings;
@@ -19,16 +23,21 @@ pub const WARM_UP_SEED: u64 = 1_000_003;
 /// What the window measured.
 #[derive(Debug, Default, Clone)]
 pub struct UiMeasurement {
-    /// Target-only and mentored record of each measured seed, in order.
-    pub records: Vec<RunRecord>,
-    /// Frames drawn while the measured comparisons ran, and over how many seconds.
+    /// Target-only and mentored record of each measured seed, drawn, in seed order.
+    pub drawn: Vec<RunRecord>,
+    /// The same, not drawn.
+    pub undrawn: Vec<RunRecord>,
+    /// Frames drawn while the measured drawn comparisons ran, and over how many seconds.
     pub frames: u64,
     pub seconds: f64,
-    /// eframe's CPU time of each frame (UI and painting, not the wait for the screen).
+    /// Frames drawn while the measured undrawn comparisons ran (nothing asks for any).
+    pub undrawn_frames: u64,
+    /// eframe's CPU time of each frame of the drawn comparisons (UI and painting, not the wait
+    /// for the screen).
     pub frame_cpu_s: Vec<f32>,
-    /// CPU seconds the process's threads used while the measured comparisons ran: the engine's
-    /// (its thread and the compute pool) and everything else (the UI thread, the GL driver's
-    /// threads). None where the platform does not say (Linux only).
+    /// CPU seconds the process's threads used while the measured drawn comparisons ran: the
+    /// engine's (its thread and the compute pool) and everything else (the UI thread, the GL
+    /// driver's threads). None where the platform does not say (Linux only).
     pub cpu: Option<CpuSplit>,
     pub error: Option<String>,
 }
@@ -65,6 +74,10 @@ impl CpuSplit {
     pub fn since(self, start: CpuSplit) -> CpuSplit {
         CpuSplit { engine_s: self.engine_s - start.engine_s, other_s: self.other_s - start.other_s }
     }
+
+    fn plus(self, other: CpuSplit) -> CpuSplit {
+        CpuSplit { engine_s: self.engine_s + other.engine_s, other_s: self.other_s + other.other_s }
+    }
 }
 
 /// Name prefix of the compute threads (rayon's pool, see [`name_compute_threads`], and the team
@@ -77,35 +90,80 @@ pub fn name_compute_threads() {
     let _ = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("{COMPUTE_THREAD_PREFIX}{i}")).build_global();
 }
 
+/// One comparison of the plan.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Step {
+    pub seed: u64,
+    pub drawn: bool,
+    /// False for the warm-up pair.
+    pub measured: bool,
+}
+
+/// The comparisons `measure-ui` runs, in order: a warm-up pair, then a drawn and an undrawn run
+/// of each seed, drawn first for even positions and last for odd ones.
+pub fn plan(seeds: &[u64]) -> Vec<Step> {
+    let mut steps = vec![
+        Step { seed: WARM_UP_SEED, drawn: true, measured: false },
+        Step { seed: WARM_UP_SEED, drawn: false, measured: false },
+    ];
+    for (i, &seed) in seeds.iter().enumerate() {
+        let drawn_first = i % 2 == 0;
+        steps.push(Step { seed, drawn: drawn_first, measured: true });
+        steps.push(Step { seed, drawn: !drawn_first, measured: true });
+    }
+    steps
+}
+
 struct Measuring {
     app: MentorApp,
-    seeds: Vec<u64>,
-    /// Index into `seeds` of the comparison running (None: the warm-up).
-    current: Option<usize>,
-    /// History length when the running comparison started.
-    history_at_start: usize,
-    started: bool,
-    measured_since: Option<Instant>,
-    cpu_at_start: Option<CpuSplit>,
+    plan: std::collections::VecDeque<Step>,
+    /// The comparison running, the history length and the time and CPU when it started.
+    current: Option<(Step, usize, Instant, Option<CpuSplit>)>,
+    /// Done (or failed): the window is closing; frames drawn meanwhile change nothing.
+    closing: bool,
     out: Arc<Mutex<UiMeasurement>>,
 }
 
 impl Measuring {
-    fn start(&mut self, seed: u64) {
-        self.app.settings.seed = seed;
-        self.history_at_start = self.app.history.len();
+    fn start_next(&mut self, ctx: &egui::Context) {
+        self.current = None;
+        let Some(step) = self.plan.pop_front() else {
+            return self.finish(ctx, None);
+        };
+        self.app.settings.seed = step.seed;
+        // Both runs of a pair compute their target-only text (the app would reuse the first).
+        self.app.view.target_request = None;
+        self.app.engine.pacer.set_undrawn(!step.drawn);
+        self.current = Some((step, self.app.history.len(), Instant::now(), CpuSplit::now()));
         self.app.queue(UiCommand::Run);
-        self.started = true;
+    }
+
+    /// The running comparison ended (its two records are in the history).
+    fn record(&mut self, step: Step, history_at_start: usize, started: Instant, cpu_at_start: Option<CpuSplit>) {
+        if !step.measured {
+            return;
+        }
+        let new = self.app.history[history_at_start..].to_vec();
+        let cpu = match (CpuSplit::now(), cpu_at_start) {
+            (Some(end), Some(start)) => Some(end.since(start)),
+            _ => None,
+        };
+        if let Ok(mut out) = self.out.lock() {
+            if step.drawn {
+                out.drawn.extend(new);
+                out.seconds += started.elapsed().as_secs_f64();
+                out.cpu = out.cpu.zip(cpu).map(|(total, c)| total.plus(c));
+            } else {
+                out.undrawn.extend(new);
+            }
+        }
     }
 
     fn finish(&mut self, ctx: &egui::Context, error: Option<String>) {
+        self.closing = true;
+        self.app.engine.pacer.set_undrawn(false);
         if let Ok(mut out) = self.out.lock() {
             out.error = error;
-            out.seconds = self.measured_since.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
-            out.cpu = match (CpuSplit::now(), self.cpu_at_start) {
-                (Some(end), Some(start)) => Some(end.since(start)),
-                _ => None,
-            };
         }
         ctx.send_viewport_cmd(egui::ViewportCommand::Close);
     }
@@ -114,18 +172,21 @@ impl Measuring {
 impl eframe::App for Measuring {
     fn ui(&mut self, ui: &mut egui::Ui, frame: &mut eframe::Frame) {
         let ctx = ui.ctx().clone();
+        if self.closing {
+            return;
+        }
         self.app.pace_frames(frame.info().cpu_usage);
-        if let Some(cost) = frame.info().cpu_usage {
+        if let Some((step, ..)) = self.current.filter(|(s, ..)| s.measured) {
             if let Ok(mut out) = self.out.lock() {
-                out.frame_cpu_s.push(cost);
+                if step.drawn {
+                    out.frames += 1;
+                    out.frame_cpu_s.extend(frame.info().cpu_usage);
+                } else {
+                    out.undrawn_frames += 1;
+                }
             }
         }
         self.app.frame_ui(ui);
-        if self.measured_since.is_some() {
-            if let Ok(mut out) = self.out.lock() {
-                out.frames += 1;
-            }
-        }
         if let Some(e) = self.app.view.error.clone() {
             return self.finish(&ctx, Some(e));
         }
@@ -136,29 +197,15 @@ impl eframe::App for Measuring {
         if self.app.view.models.draft.is_none() {
             return self.finish(&ctx, Some("no draft model loaded: measure-ui compares target-only with mentored decoding".into()));
         }
-        if !self.started {
-            return self.start(WARM_UP_SEED);
-        }
-        // A comparison adds two history records (target-only, mentored) when it ends.
-        if self.app.history.len() < self.history_at_start + 2 {
-            return; // the engine's events wake the window, as in normal use
-        }
-        if let Some(i) = self.current {
-            let new = self.app.history[self.history_at_start..].to_vec();
-            if let Ok(mut out) = self.out.lock() {
-                out.records.extend(new);
+        match self.current {
+            None => self.start_next(&ctx),
+            // A comparison adds two history records (target-only, mentored) when it ends.
+            Some((step, at_start, started, cpu)) if self.app.history.len() >= at_start + 2 => {
+                self.record(step, at_start, started, cpu);
+                self.start_next(&ctx);
             }
-            if i + 1 == self.seeds.len() {
-                return self.finish(&ctx, None);
-            }
-            self.current = Some(i + 1);
-        } else {
-            self.current = Some(0);
-            self.measured_since = Some(Instant::now());
-            self.cpu_at_start = CpuSplit::now();
+            Some(_) => {} // the engine's events wake the window, as in normal use
         }
-        let seed = self.seeds[self.current.unwrap_or(0)];
-        self.start(seed);
     }
 
     fn persist_egui_memory(&self) -> bool {
@@ -170,13 +217,14 @@ impl eframe::App for Measuring {
     }
 }
 
-/// Open the window, run the warm-up and one comparison per seed, return what the app measured.
+/// Open the window, run the comparisons of [`plan`], return what the app measured.
 /// `stream_frame`: a fixed wait before streamed tokens are drawn instead of the app's pacing.
 pub fn measure_in_window(settings: Settings, seeds: Vec<u64>, stream_frame: Option<std::time::Duration>) -> anyhow::Result<UiMeasurement> {
     if seeds.is_empty() {
         anyhow::bail!("measure-ui needs at least one seed");
     }
-    let out = Arc::new(Mutex::new(UiMeasurement::default()));
+    // CPU totals start at zero where the platform reports per-thread CPU time.
+    let out = Arc::new(Mutex::new(UiMeasurement { cpu: CpuSplit::now().map(|_| CpuSplit::default()), ..UiMeasurement::default() }));
     let out_app = out.clone();
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_title("Mentor Lab (measuring)").with_inner_size([1400.0, 900.0]),
@@ -191,10 +239,26 @@ pub fn measure_in_window(settings: Settings, seeds: Vec<u64>, stream_frame: Opti
             let engine = engine_thread::spawn(Some(cc.egui_ctx.clone()));
             engine.pacer.set_fixed(stream_frame);
             let app = MentorApp::new(settings, Vec::new(), engine, Box::new(NativeDialogs));
-            Ok(Box::new(Measuring { app, seeds, current: None, history_at_start: 0, started: false, measured_since: None, cpu_at_start: None, out: out_app }))
+            Ok(Box::new(Measuring { app, plan: plan(&seeds).into(), current: None, closing: false, out: out_app }))
         }),
     )
     .map_err(|e| anyhow::anyhow!("the window could not be opened: {e}"))?;
     let m = out.lock().map_err(|_| anyhow::anyhow!("measurement state poisoned"))?.clone();
     Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_pairs_each_seed_drawn_and_undrawn_in_alternating_order() {
+        let p = plan(&[5, 6, 7]);
+        assert_eq!(p.len(), 8);
+        assert!(p[..2].iter().all(|s| s.seed == WARM_UP_SEED && !s.measured), "{p:?}");
+        assert_ne!(p[0].drawn, p[1].drawn);
+        let measured: Vec<(u64, bool)> = p[2..].iter().map(|s| (s.seed, s.drawn)).collect();
+        assert_eq!(measured, vec![(5, true), (5, false), (6, false), (6, true), (7, true), (7, false)]);
+        assert!(p[2..].iter().all(|s| s.measured));
+    }
 }
