@@ -225,7 +225,11 @@ fn measure_ui(args: MeasureUiArgs) -> Result<()> {
         frame_cpu_ms,
         match stream_frame {
             Some(d) => format!("every {} ms (fixed)", d.as_millis()),
-            None => "paced by their cost (100-500 ms)".to_string(),
+            None => format!(
+                "paced by their cost ({}-{} ms)",
+                mentor_lab::app::engine_thread::STREAM_FRAME.as_millis(),
+                mentor_lab::app::engine_thread::MAX_STREAM_FRAME.as_millis()
+            ),
         },
         ui.undrawn_frames
     );

@@ -343,15 +343,17 @@ pub fn clear_color(visuals: &egui::Visuals) -> [f32; 4] {
     theme.panel_fill.to_normalized_gamma_f32()
 }
 
-/// egui's animation length when animations are on (its default).
-pub const ANIMATION_TIME: f32 = 0.2;
+/// Animation length when animations are on: egui's default.
+pub fn animation_time() -> f32 {
+    egui::Style::default().animation_time
+}
 
 /// Animations on or off. While a run streams they are off: as the output panes grow, each
 /// scroll bar that appears and each area that shows fades in over several frames drawn back to
 /// back, whatever the frame pacing; under `measure-ui` (Xvfb, software GL) those made up about
 /// 40% of the frames drawn while tokens streamed. Off, each change is drawn in one frame.
 pub(crate) fn set_animations(ctx: &egui::Context, on: bool) {
-    let time = if on { ANIMATION_TIME } else { 0.0 };
+    let time = if on { animation_time() } else { 0.0 };
     if ctx.global_style().animation_time != time {
         ctx.all_styles_mut(|s| s.animation_time = time);
     }
