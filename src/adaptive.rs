@@ -11,7 +11,8 @@
 //!   cost(k)       = k · t_draft + t_verify(k + 1)
 //!
 //! with k = 0 meaning an ordinary target step (1 token for t_verify(1)). α is a running average of
-//! observed acceptance; t_draft and t_verify(n) are running averages of measured times. When k = 0
+//! observed acceptance; t_draft and t_verify(n) are medians of the last few measured times (t_verify
+//! covers the whole round after drafting: the forward, the acceptance walk and its sampling). When k = 0
 //! wins, a short probe round is still made every few steps so that α and the timings stay current
 //! (the text, and so the acceptance, changes along the way). Within a round drafting stops early
 //! when the draft's own top probability is low: such tokens are rarely accepted and each costs a
@@ -34,25 +35,73 @@ const PROBE_LEN: usize = 2;
 /// gain. Measured on the default pair (creative, TV 0): verifying 2 tokens cost 1.39 steps and α
 /// was ~0.5, so k = 1 promised ~1.00x and delivered 0.81–0.87x in `bench` without this margin.
 const MIN_GAIN: f64 = 1.05;
-/// Weight of the newest observation in the running averages.
+/// Weight of the newest observation in the running acceptance average.
 const EMA: f64 = 0.25;
+/// Timings are estimated by the median of the last this many of their kind. A running average
+/// let one stall decide the rest of a run: a 110 ms target step (the VM descheduled) among 6.5 ms
+/// ones put the step's estimate at 32 ms, drafting won every round after it, and the step was never
+/// timed again (`generate --draft-len auto`, creative, measured in session 9).
+const RECENT: usize = 5;
+/// While drafting wins, a target-only step is timed again after this many rounds if drafting's
+/// expected gain is below `RETIME_GAIN`: its estimate would otherwise date from before the streak
+/// (a shorter context, another phase of a noisy machine). It costs at most (gain − 1) of a round
+/// once per `RETIME_EVERY` rounds, under 1%.
+const RETIME_EVERY: usize = 24;
+const RETIME_GAIN: f64 = 1.25;
+
+/// The last `RECENT` timings of one kind.
+#[derive(Debug, Clone, Default)]
+struct Recent {
+    vals: [f64; RECENT],
+    len: usize,
+    next: usize,
+}
+
+impl Recent {
+    fn push(&mut self, v: f64) {
+        self.vals[self.next] = v;
+        self.next = (self.next + 1) % RECENT;
+        self.len = (self.len + 1).min(RECENT);
+    }
+
+    /// Median of what was pushed (the mean of the middle two for an even count); None if nothing.
+    fn median(&self) -> Option<f64> {
+        let mut v = self.vals[..self.len].to_vec();
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => None,
+            n if n % 2 == 1 => Some(v[n / 2]),
+            n => Some(0.5 * (v[n / 2 - 1] + v[n / 2])),
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct AdaptivePolicy {
     /// Running per-token acceptance probability.
     alpha: f64,
     /// Seconds per draft token.
-    t_draft: f64,
-    /// Seconds per verify forward of n tokens, index n (0 unused); None until observed.
-    t_verify: Vec<Option<f64>>,
+    t_draft: Recent,
+    /// Seconds per round that verifies n tokens (the forward, and the acceptance walk with its
+    /// sampling), index n (0 unused).
+    t_verify: Vec<Recent>,
     steps_since_probe: usize,
+    /// Rounds since the last target-only step.
+    rounds_since_step: usize,
     /// Target-only steps between probes now.
     probe_every: usize,
 }
 
 impl Default for AdaptivePolicy {
     fn default() -> Self {
-        Self { alpha: 0.7, t_draft: 0.0, t_verify: vec![None; MAX_DRAFT_LEN + 2], steps_since_probe: 0, probe_every: PROBE_EVERY }
+        Self {
+            alpha: 0.7,
+            t_draft: Recent::default(),
+            t_verify: vec![Recent::default(); MAX_DRAFT_LEN + 2],
+            steps_since_probe: 0,
+            rounds_since_step: 0,
+            probe_every: PROBE_EVERY,
+        }
     }
 }
 
@@ -64,12 +113,13 @@ impl AdaptivePolicy {
     /// with verify(1) = 7.1 ms and verify(3) = 8.8 ms it put verify(5) at 14.7 ms against ~10.5 ms
     /// measured, and the policy never drafted more than 2 tokens on `code` at 83% acceptance.
     fn verify_cost(&self, n: usize) -> Option<f64> {
-        if let Some(t) = self.t_verify.get(n).copied().flatten() {
+        let measured = |i: usize| self.t_verify.get(i).and_then(Recent::median);
+        if let Some(t) = measured(n) {
             return Some(t);
         }
-        let measured_below = |n: usize| (1..n).rev().find_map(|i| self.t_verify[i].map(|t| (i, t)));
+        let measured_below = |n: usize| (1..n).rev().find_map(|i| measured(i).map(|t| (i, t)));
         let below = measured_below(n);
-        let above = (n + 1..self.t_verify.len()).find_map(|i| self.t_verify[i].map(|t| (i, t)));
+        let above = (n + 1..self.t_verify.len()).find_map(|i| measured(i).map(|t| (i, t)));
         match (below, above) {
             (Some((i, ti)), Some((j, tj))) => Some(ti + (tj - ti) * (n - i) as f64 / (j - i) as f64),
             (Some((i, ti)), None) => match measured_below(i) {
@@ -83,7 +133,7 @@ impl AdaptivePolicy {
 
     /// Expected tokens per second of drafting k (k = 0: target step).
     pub fn expected_rate(&self, k: usize) -> Option<f64> {
-        let cost = k as f64 * self.t_draft + self.verify_cost(k + 1)?;
+        let cost = k as f64 * self.t_draft.median().unwrap_or(0.0) + self.verify_cost(k + 1)?;
         let a = self.alpha.clamp(0.0, 0.999);
         let tokens = (1.0 - a.powi(k as i32 + 1)) / (1.0 - a);
         Some(tokens / cost.max(1e-9))
@@ -96,16 +146,18 @@ impl AdaptivePolicy {
             return 0;
         }
         // Until both a draft step and a verify have been timed, explore with a small draft.
-        if self.t_draft <= 0.0 || self.verify_cost(1).is_none() {
+        if self.t_draft.median().is_none() || self.verify_cost(1).is_none() {
             return PROBE_LEN.min(cap);
         }
         let step = self.expected_rate(0).unwrap_or(0.0);
-        let best = (1..=cap)
-            .filter_map(|k| self.expected_rate(k).map(|r| (k, r)))
+        let (best, gain) = (1..=cap)
+            .filter_map(|k| self.expected_rate(k).map(|r| (k, r / step.max(1e-12))))
             .max_by(|a, b| a.1.total_cmp(&b.1))
-            .filter(|&(_, r)| r >= MIN_GAIN * step)
-            .map(|(k, _)| k)
-            .unwrap_or(0);
+            .filter(|&(_, gain)| gain >= MIN_GAIN)
+            .unwrap_or((0, 1.0));
+        if best > 0 && gain < RETIME_GAIN && self.rounds_since_step >= RETIME_EVERY {
+            return 0;
+        }
         if best == 0 {
             self.steps_since_probe += 1;
             if self.steps_since_probe >= self.probe_every {
@@ -120,18 +172,15 @@ impl AdaptivePolicy {
         best
     }
 
-    /// Record one round: `n_proposed` drafted, `n_accepted` accepted, with its timings.
+    /// Record one round: `n_proposed` drafted, `n_accepted` accepted, the seconds spent drafting and
+    /// the seconds of the rest of the round.
     pub fn observe(&mut self, n_proposed: usize, n_accepted: usize, draft_s: f64, verify_s: f64) {
-        let n = n_proposed + 1;
-        if let Some(slot) = self.t_verify.get_mut(n) {
-            *slot = Some(match *slot {
-                Some(t) => (1.0 - EMA) * t + EMA * verify_s,
-                None => verify_s,
-            });
+        if let Some(times) = self.t_verify.get_mut(n_proposed + 1) {
+            times.push(verify_s);
         }
+        self.rounds_since_step = if n_proposed == 0 { 0 } else { self.rounds_since_step + 1 };
         if n_proposed > 0 {
-            let per_token = draft_s / n_proposed as f64;
-            self.t_draft = if self.t_draft <= 0.0 { per_token } else { (1.0 - EMA) * self.t_draft + EMA * per_token };
+            self.t_draft.push(draft_s / n_proposed as f64);
             // Maximum-likelihood α for a geometric run: accepted / (accepted + rejections).
             let rejected = usize::from(n_accepted < n_proposed);
             let obs = n_accepted as f64 / (n_accepted + rejected).max(1) as f64;
@@ -153,9 +202,9 @@ mod tests {
     fn trained(alpha: f64, t_draft: f64, verify: impl Fn(usize) -> f64) -> AdaptivePolicy {
         let mut p = AdaptivePolicy::default();
         for n in 1..=MAX_DRAFT_LEN + 1 {
-            p.t_verify[n] = Some(verify(n));
+            p.t_verify[n].push(verify(n));
         }
-        p.t_draft = t_draft;
+        p.t_draft.push(t_draft);
         p.alpha = alpha;
         p
     }
@@ -205,13 +254,54 @@ mod tests {
     }
 
     #[test]
+    fn one_stall_does_not_decide_the_rest_of_a_run() {
+        // Target steps of 10 ms are the better choice; then one step stalls for 110 ms.
+        let mut p = trained(0.5, 0.0012, |n| 0.010 * (1.0 + 0.39 * (n as f64 - 1.0)));
+        p.observe(0, 0, 0.0, 0.010);
+        p.observe(0, 0, 0.0, 0.010);
+        assert_eq!(p.next_len(MAX_DRAFT_LEN), 0);
+        p.observe(0, 0, 0.0, 0.110);
+        assert_eq!(p.next_len(MAX_DRAFT_LEN), 0, "a stall is not the step's cost");
+        // A real change of cost moves the estimate once it is the majority of the recent steps.
+        for _ in 0..2 {
+            p.observe(0, 0, 0.0, 0.030);
+        }
+        assert!(p.next_len(MAX_DRAFT_LEN) > 0, "steps of 30 ms make drafting pay");
+    }
+
+    /// Draft lengths chosen over `rounds` rounds when every round costs what `verify` says and
+    /// acceptance stays at `alpha`.
+    fn choices(alpha: f64, verify: impl Fn(usize) -> f64, rounds: usize) -> Vec<usize> {
+        let mut p = trained(alpha, 0.0005, &verify);
+        (0..rounds)
+            .map(|_| {
+                let k = p.next_len(MAX_DRAFT_LEN);
+                p.observe(k, k / 2, 0.0005 * k as f64, verify(k + 1));
+                p.alpha = alpha;
+                k
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_drafting_streak_times_the_target_step_again_when_the_gain_is_small() {
+        // Drafting one token promises ~1.15x: a target step is timed again every 24 rounds.
+        let small = choices(0.55, |n| 0.010 * (1.0 + 0.3 * (n as f64 - 1.0)), 60);
+        let steps: Vec<usize> = small.iter().enumerate().filter(|&(_, &k)| k == 0).map(|(i, _)| i).collect();
+        assert_eq!(steps, vec![RETIME_EVERY, 2 * RETIME_EVERY + 1], "{small:?}");
+        // GPU-like costs promise far more: no round is given up.
+        let large = choices(0.9, |n| 0.010 + 0.0002 * n as f64, 60);
+        assert!(large.iter().all(|&k| k >= 8), "{large:?}");
+    }
+
+    #[test]
     fn drafts_longer_when_extra_rows_are_cheap_and_acceptance_high() {
         // As measured on `code`: steps of 7.1 ms, 3-token verifies of 8.8 ms, drafts of 0.8 ms,
         // 83% acceptance, and nothing larger tried yet.
         let mut p = AdaptivePolicy::default();
-        p.t_verify[1] = Some(0.0071);
-        p.t_verify[3] = Some(0.0088);
-        p.t_draft = 0.0008;
+        p.t_verify[1].push(0.0071);
+        p.t_verify[3].push(0.0088);
+        p.t_draft.push(0.0008);
         p.alpha = 0.83;
         assert!(p.next_len(MAX_DRAFT_LEN) > 2, "tries beyond the sizes it has seen");
     }

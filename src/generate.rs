@@ -544,7 +544,7 @@ pub fn generate_speculative(
         let base = run.context.len();
 
         // Draft: catch up on tokens the draft has not seen, then propose one token at a time.
-        let t_draft = Instant::now();
+        let t_round = Instant::now();
         let mut drafts: Vec<u32> = Vec::with_capacity(k_cap);
         let mut q_dists: Vec<Vec<f32>> = Vec::with_capacity(k_cap);
         let mut scratch = run.context.clone();
@@ -569,7 +569,7 @@ pub fn generate_speculative(
                 logits = dmodel.forward_rows(&[x])?.remove(0);
             }
         }
-        let draft_s = t_draft.elapsed().as_secs_f64();
+        let draft_s = t_round.elapsed().as_secs_f64();
         if run.cancel.load(Ordering::Relaxed) {
             break;
         }
@@ -652,7 +652,9 @@ pub fn generate_speculative(
         run.stats.n_accepted += n_accepted;
         run.stats.draft_s += draft_s;
         run.stats.verify_s += verify_s;
-        policy.observe(k, n_accepted, draft_s, verify_s);
+        // The policy weighs whole rounds: the acceptance walk's sampling and mixing cost per token
+        // too, and a round at k = 0 pays them as well.
+        policy.observe(k, n_accepted, draft_s, t_round.elapsed().as_secs_f64() - draft_s);
         let info = RoundInfo {
             index: round,
             n_proposed: k,
