@@ -2,6 +2,8 @@
 //! * quantized matmul of k activation rows against a 576 x 1536 weight (one FFN matrix of the
 //!   default target): candle's matmul for each weight format, and our batched kernels (`ours_*`);
 //! * our Q8_0 kernel on the shipped draft's shapes (its 49152 x 192 output head dominates its step);
+//! * attention of the 3 heads that share a KV head on the default target (head size 64) over 256
+//!   and 1024 keys: one pass for the three (`together`) against one head at a time (`alone`);
 //! * one forward of the default target and of the shipped draft over k new tokens after a 64-token
 //!   context, for k = 1, 2, 4, 8, 9, 16 (verification of k − 1 drafted tokens costs the k-token
 //!   forward), with the tensor-free CPU step and with the tensor path.
@@ -61,6 +63,29 @@ fn draft_shapes(c: &mut Criterion) {
     group.finish();
 }
 
+fn attention(c: &mut Criterion) {
+    use mentor_lab::attention::{head_attend, heads_attend};
+    let mut group = c.benchmark_group("attention_3_heads_hd64");
+    let hd = 64;
+    for n in [256usize, 1024] {
+        let qs: Vec<f32> = (0..3 * hd).map(|i| (i as f32 * 0.37).sin()).collect();
+        let keys: Vec<f32> = (0..n * hd).map(|i| (i as f32 * 0.11).cos()).collect();
+        let values: Vec<f32> = (0..n * hd).map(|i| (i as f32 * 0.23).sin()).collect();
+        let (mut scores, mut out) = (vec![0f32; 3 * n], vec![0f32; 3 * hd]);
+        group.bench_with_input(BenchmarkId::new("together", n), &n, |b, _| {
+            b.iter(|| heads_attend(&qs, hd, &keys, &values, &mut scores, &mut out))
+        });
+        group.bench_with_input(BenchmarkId::new("alone", n), &n, |b, &n| {
+            b.iter(|| {
+                for h in 0..3 {
+                    head_attend(&qs[h * hd..][..hd], &keys, &values, &mut scores[h * n..][..n], &mut out[h * hd..][..hd]);
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
 fn forward_k(c: &mut Criterion) {
     let Ok(path) = mentor_lab::models::ensure_default_target(&mut |_| {}) else {
         eprintln!("default target unavailable; skipping forward benchmarks");
@@ -95,5 +120,5 @@ fn forward_k(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, matmul, draft_shapes, forward_k);
+criterion_group!(benches, matmul, draft_shapes, attention, forward_k);
 criterion_main!(benches);

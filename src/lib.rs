@@ -10,6 +10,10 @@
 pub mod adaptive;
 pub mod app;
 mod cpu_forward;
+/// The CPU attention kernels, public for `cargo bench`.
+pub mod attention {
+    pub use crate::cpu_forward::{head_attend, heads_attend};
+}
 pub mod engine;
 pub mod eval;
 pub mod error;
