@@ -553,7 +553,7 @@ pub fn generate_speculative(
             let mut logits = dmodel.forward_last(&unseen)?;
             for i in 0..k_cap {
                 let q = probabilities(&logits, &scratch, &req.sampling, n_vocab);
-                let confident = q.iter().copied().fold(0.0f32, f32::max) >= MIN_DRAFT_CONFIDENCE;
+                let confident = crate::sampling::max_f32(&q) >= MIN_DRAFT_CONFIDENCE;
                 if i > 0 && req.draft_len == DraftLen::Auto && !confident {
                     break;
                 }

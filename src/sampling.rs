@@ -110,25 +110,42 @@ pub fn probabilities(logits: &[f32], context: &[u32], params: &SamplingParams, n
         p[argmax(&l)] = 1.0;
         return p;
     }
-    let mut p = softmax(&l, params.temperature);
+    softmax_in_place(&mut l, params.temperature);
     if params.top_p < 1.0 {
-        top_p_filter(&mut p, params.top_p);
+        top_p_filter(&mut l, params.top_p);
     }
-    p
+    l
 }
 
 /// Softmax of `logits / temperature`: exponentials in f32 (relative error < 3e-7), sum in f64.
 pub fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
-    let inv_t = 1.0 / temperature;
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut e = vec![0f32; logits.len()];
-    exp_shifted(logits, max, inv_t, &mut e);
-    let total = sum_f64(&e);
-    let inv_total = (1.0 / total) as f32;
-    for x in e.iter_mut() {
+    let mut e = logits.to_vec();
+    softmax_in_place(&mut e, temperature);
+    e
+}
+
+/// [`softmax`] overwriting the logits: one 49152-float buffer instead of two, the same values.
+pub fn softmax_in_place(xs: &mut [f32], temperature: f32) {
+    let max = max_f32(xs);
+    exp_shifted_in_place(xs, max, 1.0 / temperature);
+    let inv_total = (1.0 / sum_f64(xs)) as f32;
+    for x in xs.iter_mut() {
         *x *= inv_total;
     }
-    e
+}
+
+/// The largest value, NaN ignored (−∞ if there is none): `fold(−∞, f32::max)` in 8 lanes, which
+/// the compiler vectorizes (~2 µs over 49152 values instead of ~17 µs).
+pub fn max_f32(xs: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let chunks = xs.chunks_exact(8);
+    let tail = chunks.remainder().iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for c in chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            *m = m.max(x);
+        }
+    }
+    lanes.iter().copied().fold(tail, f32::max)
 }
 
 /// `e^x` for `x ≤ 0` (max-subtracted logits; NaN and −∞ give 0), without branches so that loops
@@ -286,7 +303,7 @@ pub fn sum_f64(xs: &[f32]) -> f64 {
 /// penalty): the quality signal reported for every run, comparable across sampling settings.
 pub fn nll_at_t1(logits: &[f32], id: u32, n_vocab: usize) -> f64 {
     let l = &logits[..n_vocab.min(logits.len())];
-    let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let max = max_f32(l);
     // The exponentials in blocks, then summed: a single f64 running sum would keep the
     // exponentials from vectorizing (~370 µs over 49152 tokens, ~40 µs this way).
     let mut block = [0f32; 512];
