@@ -6,7 +6,7 @@ use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN, MIN_DRAFT_CONFIDENCE};
 use crate::error::{EngineError, Result};
 use crate::mentor::{mix, verify_token, MentorRule};
 use crate::model::{LazyLogits, Transformer};
-use crate::sampling::{nll_at_t1, probabilities, sample_index, uniform, Purpose, SamplingParams};
+use crate::sampling::{log_z_t1, nll_at_t1, nll_given_log_z, probabilities, sample_index, uniform, Purpose, SamplingParams};
 use crate::tokenizer::{StreamDecoder, TextTokenizer};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -448,13 +448,14 @@ pub fn generate_single(
         let last = run.context[run.context.len() - 1];
         let t = Instant::now();
         let logits = model.model.forward_rows(&[last])?.remove(0);
-        let p = probabilities(&logits, &run.context, &req.sampling, n_vocab);
+        let scored = mode == Mode::Target;
+        let (p, log_z) = beside_log_z(&logits, n_vocab, scored, || probabilities(&logits, &run.context, &req.sampling, n_vocab))?;
         let pos = run.n_emitted() as u64;
         let x = sample_index(&p, uniform(req.seed, pos, purpose)) as u32;
         let mut info = plain_token(x, source);
-        let nll = if mode == Mode::Target {
+        let nll = if scored {
             info.p_target = Some(p[x as usize]);
-            Some(nll_at_t1(&logits, x, n_vocab))
+            log_z.map(|z| nll_given_log_z(z, &logits, x))
         } else {
             info.q_draft = Some(p[x as usize]);
             None
@@ -500,6 +501,34 @@ pub fn likely_rows(alpha: f64, k: usize) -> usize {
     let a = alpha.clamp(0.0, 1.0);
     let expected: f64 = (0..=k).map(|j| a.powi(j as i32)).sum();
     (expected.ceil() as usize).clamp(1, k + 1)
+}
+
+/// `work()` on this thread while, if `scored`, the log-normaliser of `logits` at temperature 1 is
+/// computed on the engine's other thread, which idles between forwards. The normaliser is for the
+/// NLL reported with every token: a pass over the whole vocabulary with an exponential per token
+/// (~60 µs for 49152), a third of the sampling work of a verified token.
+fn beside_log_z<T: Send>(logits: &[f32], n_vocab: usize, scored: bool, work: impl FnOnce() -> T + Send) -> Result<(T, Option<f64>)> {
+    if !scored {
+        return Ok((work(), None));
+    }
+    let work = std::sync::Mutex::new(Some(work));
+    let (out, log_z) = (std::sync::Mutex::new(None), std::sync::OnceLock::new());
+    crate::team::run(2, &|task| {
+        if task == 0 {
+            if let Some(w) = work.lock().ok().and_then(|mut w| w.take()) {
+                let done = w();
+                if let Ok(mut o) = out.lock() {
+                    *o = Some(done);
+                }
+            }
+        } else {
+            let _ = log_z.set(log_z_t1(logits, n_vocab));
+        }
+    });
+    match (out.into_inner().ok().flatten(), log_z.into_inner()) {
+        (Some(o), Some(z)) => Ok((o, Some(z))),
+        _ => Err(EngineError::InvalidSetting("sampling: a task of the thread team did not run".into())),
+    }
 }
 
 /// Speculative / mentored decoding with `draft` proposing and `target` verifying.
@@ -589,8 +618,11 @@ pub fn generate_speculative(
         for (i, (&x, q)) in drafts.iter().zip(&q_dists).enumerate() {
             let pos = (base - run.n_prompt + i) as u64;
             let logits = verify_row(tmodel, &mut rows, i, &mut verify_s)?;
-            let p = probabilities(logits, &scratch[..base + i], &req.sampling, n_vocab);
-            let mixed = mix(req.rule, &p, q, req.budget);
+            let ((p, mixed), log_z) = beside_log_z(logits, n_vocab, true, || {
+                let p = probabilities(logits, &scratch[..base + i], &req.sampling, n_vocab);
+                let mixed = mix(req.rule, &p, q, req.budget);
+                (p, mixed)
+            })?;
             let verdict = verify_token(
                 &mixed.pi_mixed,
                 q,
@@ -617,7 +649,7 @@ pub fn generate_speculative(
                 round: Some(round),
                 ..plain_token(verdict.token, TokenSource::Target)
             };
-            run.emit(info, Some(nll_at_t1(logits, verdict.token, n_vocab)))?;
+            run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, verdict.token)))?;
             if verdict.accepted {
                 n_accepted += 1;
                 run.tally.accepted_at[i] += 1;
@@ -634,11 +666,11 @@ pub fn generate_speculative(
         if !rejected && !run.done() && (k == 0 || req.bonus) {
             let pos = (base - run.n_prompt + k) as u64;
             let logits = verify_row(tmodel, &mut rows, k, &mut verify_s)?;
-            let p = probabilities(logits, &run.context, &req.sampling, n_vocab);
+            let (p, log_z) = beside_log_z(logits, n_vocab, true, || probabilities(logits, &run.context, &req.sampling, n_vocab))?;
             let x = sample_index(&p, uniform(req.seed, pos, Purpose::TargetSample)) as u32;
             let source = if k == 0 { TokenSource::Target } else { TokenSource::Bonus };
             let info = TokenInfo { p_target: Some(p[x as usize]), round: Some(round), ..plain_token(x, source) };
-            run.emit(info, Some(nll_at_t1(logits, x, n_vocab)))?;
+            run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, x)))?;
         }
 
         // Roll back: both caches keep only positions whose tokens are in the context, minus the

@@ -128,21 +128,39 @@ pub fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
 pub fn softmax_in_place(xs: &mut [f32], temperature: f32) {
     let max = max_f32(xs);
     exp_shifted_in_place(xs, max, 1.0 / temperature);
-    let inv_total = (1.0 / sum_f64(xs)) as f32;
-    for x in xs.iter_mut() {
-        *x *= inv_total;
-    }
+    scale_in_place(xs, (1.0 / sum_f64(xs)) as f32);
 }
 
-/// The largest value, NaN ignored (−∞ if there is none): `fold(−∞, f32::max)` in 8 lanes, which
-/// the compiler vectorizes (~2 µs over 49152 values instead of ~17 µs).
+/// `xs[i] *= factor`, 8 at a time where the CPU has AVX2 (the same products).
+fn scale_in_place(xs: &mut [f32], factor: f32) {
+    #[inline(always)]
+    fn any(xs: &mut [f32], factor: f32) {
+        xs.iter_mut().for_each(|x| *x *= factor);
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2(xs: &mut [f32], factor: f32) {
+            any(xs, factor)
+        }
+        if is_x86_feature_detected!("avx2") {
+            // SAFETY: the feature was just detected.
+            return unsafe { avx2(xs, factor) };
+        }
+    }
+    any(xs, factor)
+}
+
+/// The largest value, NaN ignored (−∞ if there is none), as `fold(−∞, f32::max)` gives it. In 8
+/// lanes of `if x > m`, which compiles to one `maxps` per vector (`f32::max` adds a NaN check to
+/// each): ~17 µs over 49152 values as a plain fold, ~3 µs this way.
 pub fn max_f32(xs: &[f32]) -> f32 {
     let mut lanes = [f32::NEG_INFINITY; 8];
     let chunks = xs.chunks_exact(8);
     let tail = chunks.remainder().iter().copied().fold(f32::NEG_INFINITY, f32::max);
     for c in chunks {
         for (m, &x) in lanes.iter_mut().zip(c) {
-            *m = m.max(x);
+            *m = if x > *m { x } else { *m };
         }
     }
     lanes.iter().copied().fold(tail, f32::max)
@@ -213,6 +231,12 @@ unsafe fn exp_shifted_avx2(src: *const f32, dst: *mut f32, n_all: usize, max: f3
     for i in (0..whole).step_by(8) {
         let x = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(src.add(i)), vmax), vscale);
         let live = _mm256_cmp_ps(x, floor, _CMP_GE_OQ); // false for NaN too
+        if _mm256_movemask_ps(live) == 0 {
+            // All eight underflow (a draft's head restricted to its frequent tokens leaves the
+            // others at −∞: two thirds of the vocabulary for the shipped draft).
+            _mm256_storeu_ps(dst.add(i), _mm256_setzero_ps());
+            continue;
+        }
         let xc = _mm256_blendv_ps(floor, x, live);
         let n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(xc, log2e), round), round);
         let r = _mm256_sub_ps(_mm256_sub_ps(xc, _mm256_mul_ps(n, ln2_hi)), _mm256_mul_ps(n, ln2_lo));
@@ -288,6 +312,26 @@ pub fn sample_index(weights: &[f32], u: f64) -> usize {
 /// Σ x in f64, in 8 interleaved partial sums so that the loop vectorizes (a single running f64
 /// sum is one dependent add per element: ~75 µs over a 49152-token vocabulary, ~10 µs this way).
 pub fn sum_f64(xs: &[f32]) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx2") {
+            // SAFETY: the feature was just detected.
+            return unsafe { sum_f64_avx2(xs) };
+        }
+    }
+    sum_f64_any(xs)
+}
+
+/// [`sum_f64`] compiled for AVX2: the same 8 partial sums in the same order (so the same result),
+/// 4 doubles per instruction instead of SSE2's 2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_f64_avx2(xs: &[f32]) -> f64 {
+    sum_f64_any(xs)
+}
+
+#[inline(always)]
+fn sum_f64_any(xs: &[f32]) -> f64 {
     let mut lanes = [0f64; 8];
     let chunks = xs.chunks_exact(8);
     let tail: f64 = chunks.remainder().iter().map(|&x| x as f64).sum();
@@ -302,6 +346,17 @@ pub fn sum_f64(xs: &[f32]) -> f64 {
 /// Negative log-likelihood of `id` under the model's own distribution (temperature 1, no
 /// penalty): the quality signal reported for every run, comparable across sampling settings.
 pub fn nll_at_t1(logits: &[f32], id: u32, n_vocab: usize) -> f64 {
+    nll_given_log_z(log_z_t1(logits, n_vocab), logits, id)
+}
+
+/// [`nll_at_t1`] from the log-normaliser [`log_z_t1`] of the same logits.
+pub fn nll_given_log_z(log_z: f64, logits: &[f32], id: u32) -> f64 {
+    log_z - logits.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY) as f64
+}
+
+/// ln Σ exp(logit) over the first `n_vocab` logits: the normaliser of the model's own
+/// distribution (temperature 1, no penalty).
+pub fn log_z_t1(logits: &[f32], n_vocab: usize) -> f64 {
     let l = &logits[..n_vocab.min(logits.len())];
     let max = max_f32(l);
     // The exponentials in blocks, then summed: a single f64 running sum would keep the
@@ -312,6 +367,5 @@ pub fn nll_at_t1(logits: &[f32], id: u32, n_vocab: usize) -> f64 {
         exp_shifted(chunk, max, 1.0, &mut block[..chunk.len()]);
         z += sum_f64(&block[..chunk.len()]);
     }
-    let log_z = max as f64 + z.ln();
-    log_z - l.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY) as f64
+    max as f64 + z.ln()
 }

@@ -331,6 +331,11 @@ fn vectorized_exponential_and_sums_match_the_scalar_forms() {
     use mentor_lab::sampling::{exp_nonpositive, exp_shifted, sum_f64};
     let mut src: Vec<f32> = (0..20_011).map(|i| 3.0 - (i as f32) * 0.0047).collect();
     src.extend([f32::NEG_INFINITY, f32::NAN, -84.0, -87.0, -87.000_01, 3.0, 2.999_9]);
+    // Whole vectors that underflow (the AVX2 path stores zeros for them without the polynomial),
+    // as a draft's head restricted to its frequent tokens leaves them.
+    src.extend([f32::NEG_INFINITY; 24]);
+    src.extend([-200.0; 16]);
+    src.push(1.0);
     for (max, scale) in [(3.0f32, 1.0f32), (3.0, 1.0 / 0.7), (2.5, 2.0)] {
         let mut fast = vec![0f32; src.len()];
         exp_shifted(&src, max, scale, &mut fast);
@@ -341,6 +346,32 @@ fn vectorized_exponential_and_sums_match_the_scalar_forms() {
         let plain: f64 = fast.iter().map(|&v| v as f64).sum();
         assert!((sum_f64(&fast) - plain).abs() <= 1e-12 * plain.abs().max(1.0));
     }
+}
+
+/// The vectorized maximum is the plain fold's, NaN ignored, at every length around the 8 lanes.
+#[test]
+fn vectorized_maximum_is_the_plain_fold() {
+    use mentor_lab::sampling::max_f32;
+    let mut seed = 99u64;
+    for len in (0..40).chain([49152]) {
+        for trial in 0..20 {
+            let xs: Vec<f32> = (0..len)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    match (seed >> 59, trial) {
+                        (0, _) => f32::NAN,
+                        (1, _) => f32::NEG_INFINITY,
+                        (_, 0) => f32::NAN,
+                        _ => ((seed >> 33) as f32 / (1u64 << 31) as f32 - 0.5) * 40.0,
+                    }
+                })
+                .collect();
+            let plain = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(max_f32(&xs).to_bits(), plain.to_bits(), "length {len}, trial {trial}: {xs:?}");
+        }
+    }
+    assert_eq!(max_f32(&[]), f32::NEG_INFINITY);
+    assert_eq!(max_f32(&[f32::NAN; 9]), f32::NEG_INFINITY);
 }
 
 /// The first batch of verify rows: all of them at full acceptance, one at none, the expected

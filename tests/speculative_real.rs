@@ -7,7 +7,7 @@ mod synthetic;
 
 use common::{draft_path, load_target, target_path};
 use mentor_lab::generate::LoadedModel;
-use mentor_lab::sampling::{argmax, probabilities, sample_index, uniform, Purpose};
+use mentor_lab::sampling::{argmax, nll_at_t1, probabilities, sample_index, uniform, Purpose};
 use mentor_lab::{load_model, DraftLen, Engine, EngineError, GenEvent, GenerateRequest, Mode, SamplingParams, TokenSource, WeightFormat};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -103,6 +103,26 @@ fn bonus_token_follows_target_distribution() {
         let expect = sample_index(&p, uniform(req.seed, t.pos as u64, Purpose::TargetSample)) as u32;
         assert_eq!(t.id, expect, "bonus at {} is not the target's draw", t.pos);
         assert!((t.p_target.unwrap() - p[t.id as usize]).abs() < 1e-4);
+    }
+}
+
+/// The target NLL reported for a run (its normaliser computed beside the sampling on the other
+/// thread) is the target's own NLL of the emitted tokens, scored afterwards in one forward: for
+/// target-only decoding and for a mentored run, whose tokens come from every source.
+#[test]
+fn reported_nll_is_the_targets_nll_of_the_text() {
+    let mut engine = Engine::new(load_target(WeightFormat::F32), Some(the_draft(WeightFormat::F32))).unwrap();
+    for req in [request(Mode::Target, 0.7, 0.0, DraftLen::Fixed(1), 30), request(Mode::Speculative, 0.7, 0.5, DraftLen::Fixed(3), 30)] {
+        let g = run(&mut engine, &req);
+        let prompt = engine.target.tokenizer.prompt_ids(PROMPT, false).unwrap();
+        let mut context = prompt.clone();
+        context.extend(ids(&g));
+        engine.target.model.clear().unwrap();
+        let rows = engine.target.model.forward_rows(&context[..context.len() - 1]).unwrap();
+        let n_vocab = engine.target.tokenizer.vocab_size();
+        let scored: f64 = g.tokens.iter().map(|t| nll_at_t1(&rows[prompt.len() + t.pos - 1], t.id, n_vocab)).sum::<f64>() / g.tokens.len() as f64;
+        let reported = g.stats.mean_target_nll;
+        assert!((reported - scored).abs() < 1e-3 * scored.max(1.0), "{:?}: reported {reported}, scored {scored}", req.mode);
     }
 }
 
