@@ -312,7 +312,7 @@ pub fn heads_attend(qs: &[f32], hd: usize, keys: &[f32], values: &[f32], scores:
     let seen = scores.len() / r.max(1);
     #[cfg(target_arch = "x86_64")]
     {
-        if (2..=HEADS_TOGETHER).contains(&r) && hd % 8 == 0 && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        if (2..=HEADS_TOGETHER).contains(&r) && hd.is_multiple_of(8) && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
             // SAFETY: the features were just detected; the sizes are checked inside.
             return unsafe {
                 match r {
@@ -374,16 +374,7 @@ unsafe fn heads_attend_avx2<const R: usize>(qs: &[f32], keys: &[f32], values: &[
     }
     let mut inv = [_mm256_setzero_ps(); R];
     for (h, inv) in inv.iter_mut().enumerate() {
-        let row = &mut scores[h * n..][..n];
-        let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-        exp_shifted_in_place(row, max, scale);
-        let mut lanes = _mm256_setzero_ps();
-        let whole = n / 8 * 8;
-        for i in (0..whole).step_by(8) {
-            lanes = _mm256_add_ps(lanes, _mm256_loadu_ps(row.as_ptr().add(i)));
-        }
-        let sum = crate::kernels::hsum256(lanes) + row[whole..].iter().sum::<f32>();
-        *inv = _mm256_set1_ps(1.0 / sum);
+        *inv = softmax_weights_avx2(&mut scores[h * n..][..n], scale);
     }
     // Up to 4 output vectors (32 values) per head per pass over the values.
     let sp = scores.as_ptr();
@@ -434,7 +425,7 @@ unsafe fn head_attend_avx2(q: &[f32], keys: &[f32], values: &[f32], scores: &mut
     use std::arch::x86_64::*;
     let hd = q.len();
     let n = scores.len();
-    if hd % 8 != 0 || keys.len() < n * hd || values.len() < n * hd || out.len() < hd {
+    if !hd.is_multiple_of(8) || keys.len() < n * hd || values.len() < n * hd || out.len() < hd {
         return head_attend_body(q, keys, values, scores, out);
     }
     let nv = hd / 8;
@@ -464,16 +455,7 @@ unsafe fn head_attend_avx2(q: &[f32], keys: &[f32], values: &[f32], scores: &mut
         }
         *s = crate::kernels::hsum256(acc);
     }
-    // The 1/sqrt(hd) scale goes into the exponential with the max: exp((s − max) · scale).
-    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-    exp_shifted_in_place(scores, max, scale);
-    let mut lanes = _mm256_setzero_ps();
-    let whole = n / 8 * 8;
-    for i in (0..whole).step_by(8) {
-        lanes = _mm256_add_ps(lanes, _mm256_loadu_ps(scores.as_ptr().add(i)));
-    }
-    let sum = crate::kernels::hsum256(lanes) + scores[whole..].iter().sum::<f32>();
-    let inv = _mm256_set1_ps(1.0 / sum);
+    let inv = softmax_weights_avx2(scores, scale);
     // Up to 8 output vectors (64 values) per pass over the values, accumulated in registers.
     let mut c0 = 0;
     while c0 < nv {
@@ -491,6 +473,26 @@ unsafe fn head_attend_avx2(q: &[f32], keys: &[f32], values: &[f32], scores: &mut
         }
         c0 += width;
     }
+}
+
+/// Turn one query's raw scores into unnormalised softmax weights in place and return 1 / their sum
+/// in all 8 lanes. The 1/sqrt(hd) scale goes into the exponential with the max:
+/// exp((s − max) · scale).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn softmax_weights_avx2(scores: &mut [f32], scale: f32) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let n = scores.len();
+    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+    exp_shifted_in_place(scores, max, scale);
+    let mut lanes = _mm256_setzero_ps();
+    let whole = n / 8 * 8;
+    for i in (0..whole).step_by(8) {
+        lanes = _mm256_add_ps(lanes, _mm256_loadu_ps(scores.as_ptr().add(i)));
+    }
+    let sum = crate::kernels::hsum256(lanes) + scores[whole..].iter().sum::<f32>();
+    _mm256_set1_ps(1.0 / sum)
 }
 
 /// Written so that the compiler vectorizes it (8 independent partial sums per dot product).
@@ -536,13 +538,17 @@ mod tests {
         (0..hd).map(|d| (0..n).map(|j| e[j] * values[j * hd + d] as f64).sum::<f64>() / total).collect()
     }
 
-    #[test]
-    fn head_attention_matches_the_plain_formula() {
-        let mut seed = 12345u64;
-        let mut next = || {
+    /// Reproducible values uniform in [−2, 2).
+    fn uniform_values(mut seed: u64) -> impl FnMut() -> f32 {
+        move || {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((seed >> 33) as f32 / (1u64 << 31) as f32 - 0.5) * 4.0
-        };
+        }
+    }
+
+    #[test]
+    fn head_attention_matches_the_plain_formula() {
+        let mut next = uniform_values(12345u64);
         // Head sizes: SmolLM2's 64, Qwen2.5 / Llama 3's 128, 8, and 72 / 20 (not whole vectors:
         // the generic body); key counts around the 4-key blocks, and a long context.
         for hd in [64, 128, 8, 72, 20] {
@@ -561,11 +567,7 @@ mod tests {
 
     #[test]
     fn heads_sharing_a_kv_head_attend_together_bit_for_bit_as_alone() {
-        let mut seed = 777u64;
-        let mut next = || {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((seed >> 33) as f32 / (1u64 << 31) as f32 - 0.5) * 4.0
-        };
+        let mut next = uniform_values(777u64);
         for hd in [64, 128, 8, 72, 20] {
             for n in [1, 3, 4, 5, 9, 300] {
                 for r in 1..=HEADS_TOGETHER {

@@ -81,6 +81,17 @@ fn full_budget_without_bonus_equals_draft_only() {
     assert!(with_bonus.tokens.iter().any(|t| t.source == TokenSource::Bonus));
 }
 
+/// The prompt's ids, prompt + generated ids, the target's logits at every position but the last
+/// (one forward from an empty cache) and the vocabulary size.
+fn scored_by_target(engine: &mut Engine, g: &mentor_lab::Generation) -> (Vec<u32>, Vec<u32>, Vec<Vec<f32>>, usize) {
+    let prompt = engine.target.tokenizer.prompt_ids(PROMPT, false).unwrap();
+    let mut context = prompt.clone();
+    context.extend(ids(g));
+    engine.target.model.clear().unwrap();
+    let rows = engine.target.model.forward_rows(&context[..context.len() - 1]).unwrap();
+    (prompt, context, rows, engine.target.tokenizer.vocab_size())
+}
+
 /// Under a budget D > 0 the bonus token still follows the target's distribution p (not π): there
 /// is no draft proposal at that position to mix with. Each bonus token must be exactly the
 /// TargetSample draw from p at its position.
@@ -91,12 +102,7 @@ fn bonus_token_follows_target_distribution() {
     let g = run(&mut engine, &req);
     let bonus: Vec<_> = g.tokens.iter().filter(|t| t.source == TokenSource::Bonus).collect();
     assert!(!bonus.is_empty(), "need some fully accepted rounds");
-    let prompt = engine.target.tokenizer.prompt_ids(PROMPT, false).unwrap();
-    let mut context = prompt.clone();
-    context.extend(ids(&g));
-    engine.target.model.clear().unwrap();
-    let rows = engine.target.model.forward_rows(&context[..context.len() - 1]).unwrap();
-    let n_vocab = engine.target.tokenizer.vocab_size();
+    let (prompt, context, rows, n_vocab) = scored_by_target(&mut engine, &g);
     for t in bonus {
         let at = prompt.len() + t.pos;
         let p = probabilities(&rows[at - 1], &context[..at], &req.sampling, n_vocab);
@@ -114,12 +120,7 @@ fn reported_nll_is_the_targets_nll_of_the_text() {
     let mut engine = Engine::new(load_target(WeightFormat::F32), Some(the_draft(WeightFormat::F32))).unwrap();
     for req in [request(Mode::Target, 0.7, 0.0, DraftLen::Fixed(1), 30), request(Mode::Speculative, 0.7, 0.5, DraftLen::Fixed(3), 30)] {
         let g = run(&mut engine, &req);
-        let prompt = engine.target.tokenizer.prompt_ids(PROMPT, false).unwrap();
-        let mut context = prompt.clone();
-        context.extend(ids(&g));
-        engine.target.model.clear().unwrap();
-        let rows = engine.target.model.forward_rows(&context[..context.len() - 1]).unwrap();
-        let n_vocab = engine.target.tokenizer.vocab_size();
+        let (prompt, _, rows, n_vocab) = scored_by_target(&mut engine, &g);
         let scored: f64 = g.tokens.iter().map(|t| nll_at_t1(&rows[prompt.len() + t.pos - 1], t.id, n_vocab)).sum::<f64>() / g.tokens.len() as f64;
         let reported = g.stats.mean_target_nll;
         assert!((reported - scored).abs() < 1e-3 * scored.max(1.0), "{:?}: reported {reported}, scored {scored}", req.mode);
