@@ -119,6 +119,10 @@ struct Q8Rows {
     /// [`Q8Matrix::wsum128`]); filled only when the VNNI kernels will read it.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     quants_u8: Vec<u8>,
+    /// `quants_il` with the vectors of each whole chunk of 8 blocks in the order 0 2 1 3 4 6 5 7,
+    /// for the 512-bit 4-bit kernel (see [`pair_vectors`]); filled only when it will read it.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    quants_pair: Vec<i8>,
     /// scale · Σ quants of each block, (n_rows, n_in / 32): the 4-bit formats' offset term
     /// Σ_b m_b · s_b · Σ x_b is then a short dot product with the weights' m.
     scaled_sums: Vec<f32>,
@@ -210,7 +214,7 @@ fn finish_rows(n_rows: usize, n_in: usize, scales: Vec<f32>, quants: Vec<i8>, sc
             interleave_into(plain, il);
         }
     }
-    Q8Rows { n_rows, scales, quants, quants_il, quants_u8: Vec::new(), scaled_sums }
+    Q8Rows { n_rows, scales, quants, quants_il, quants_u8: Vec::new(), quants_pair: Vec::new(), scaled_sums }
 }
 
 impl Q8Rows {
@@ -222,6 +226,38 @@ impl Q8Rows {
             self.quants_u8 = self.quants_il.iter().map(|&q| (q as u8) ^ 0x80).collect();
         }
     }
+
+    /// Fill `quants_pair` where the 512-bit 4-bit kernel will read it.
+    #[cfg(target_arch = "x86_64")]
+    fn fill_pairs_for_wide(&mut self) {
+        if use_vnni512() {
+            self.quants_pair = pair_vectors(&self.quants_il, self.quants.len() / self.n_rows.max(1));
+        }
+    }
+}
+
+/// The 512-bit 4-bit kernel loads 64 bytes of nibbles at a time: two stored 32-byte vectors of a
+/// chunk, whose low nibbles are the chunk's vectors 4t and 4t + 2 and whose high nibbles are 4t + 1
+/// and 4t + 3 ([`pack_q4_row`]). Activations with the vectors of each whole chunk of 8 blocks in
+/// the order 0 2 1 3 4 6 5 7 line up with them in two plain 64-byte loads. Chunks of fewer blocks
+/// stay as they are.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn pair_vectors(quants_il: &[i8], n_in: usize) -> Vec<i8> {
+    let mut out = quants_il.to_vec();
+    if n_in == 0 {
+        return out;
+    }
+    for (src, dst) in quants_il.chunks_exact(n_in).zip(out.chunks_exact_mut(n_in)) {
+        for (b0, size) in chunks(n_in / BLOCK) {
+            if size != GROUP_BLOCKS {
+                continue;
+            }
+            for (to, from) in [0, 2, 1, 3, 4, 6, 5, 7].into_iter().enumerate() {
+                dst[(b0 + to) * BLOCK..][..BLOCK].copy_from_slice(&src[(b0 + from) * BLOCK..][..BLOCK]);
+            }
+        }
+    }
+    out
 }
 
 /// Anything that can compute a range of outputs for all activation rows, into `local` laid out
@@ -229,11 +265,9 @@ impl Q8Rows {
 trait RowKernel: Sync {
     fn n_out(&self) -> usize;
     fn n_in(&self) -> usize;
-    /// Whether the kernel reads the activations as unsigned bytes ([`Q8Rows::quants_u8`]).
+    /// Fill the extra copies of the activations that this kernel's SIMD path reads.
     #[cfg(target_arch = "x86_64")]
-    fn reads_unsigned(&self) -> bool {
-        false
-    }
+    fn prepare(&self, xq: &mut Q8Rows);
     /// The portable path for outputs `outs`.
     fn portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]);
     /// Outputs `outs` for all activation rows, into `local` laid out `(out, row)`.
@@ -308,22 +342,37 @@ pub(crate) unsafe fn hsum256(a: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(s1)
 }
 
-/// A kernel type's `group_avx2::<N>` and `group_vnni::<N>`: its `group_body::<N, VNNI>` (output
-/// `o` for activation rows `r0 .. r0 + N`, inlined) compiled once with AVX2 + FMA and once with
-/// AVX-512 VNNI added. Both give the same results (`vnni_kernels_equal_the_avx2_ones`).
+/// The two 256-bit halves of a 512-bit register of 32-bit integers, added.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn halves_added(v: std::arch::x86_64::__m512i) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
+}
+
+/// A kernel type's `group_avx2::<N>`, `group_vnni::<N>` and `group_vnni512::<N>`: its
+/// `group_body::<N, VNNI, WIDE>` (output `o` for activation rows `r0 .. r0 + N`, inlined) compiled
+/// with AVX2 + FMA, with AVX-512 VNNI on 256-bit vectors added, and with 512-bit vectors for whole
+/// chunks of 8 blocks. All give the same results (`vnni_kernels_equal_the_avx2_ones`).
 #[cfg(target_arch = "x86_64")]
 macro_rules! group_entry_points {
     () => {
         #[target_feature(enable = "avx2,fma")]
         #[inline]
         unsafe fn group_avx2<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
-            self.group_body::<N, false>(o, r0, xq, out)
+            self.group_body::<N, false, false>(o, r0, xq, out)
         }
 
         #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
         #[inline]
         unsafe fn group_vnni<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
-            self.group_body::<N, true>(o, r0, xq, out)
+            self.group_body::<N, true, false>(o, r0, xq, out)
+        }
+
+        #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
+        #[inline]
+        unsafe fn group_vnni512<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+            self.group_body::<N, true, true>(o, r0, xq, out)
         }
     };
 }
@@ -352,9 +401,7 @@ fn batched_matmul(k: &impl RowKernel, x: &[f32], n_rows: usize) -> Vec<f32> {
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut xq = quantize_rows(x, n_rows, n_in);
     #[cfg(target_arch = "x86_64")]
-    if k.reads_unsigned() {
-        xq.fill_unsigned_for_vnni();
-    }
+    k.prepare(&mut xq);
     let mut y = vec![0f32; n_rows * n_out];
     // About 16 tasks per thread (at least OUT_CHUNK outputs each): claiming one from the team is a
     // compare-and-swap, and smaller last tasks leave less idle time at a section's end. Four
@@ -509,7 +556,7 @@ impl Q8Matrix {
     /// row, and the same integer sums, so the results are identical.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn group_body<const N: usize, const VNNI: bool>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+    unsafe fn group_body<const N: usize, const VNNI: bool, const WIDE: bool>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
         use std::arch::x86_64::*;
         let nb = self.n_in / BLOCK;
         let mut xp = [std::ptr::null::<i8>(); N];
@@ -528,19 +575,19 @@ impl Q8Matrix {
         // batched results equal single-row results exactly.
         let n_groups = nb / GROUP_BLOCKS;
         for g in 0..n_groups {
-            self.chunk::<N, 8, VNNI>(o, g * GROUP_BLOCKS, &rows, &mut acc);
+            self.chunk::<N, 8, VNNI, WIDE>(o, g * GROUP_BLOCKS, &rows, &mut acc);
         }
         let (mut b0, rest) = (n_groups * GROUP_BLOCKS, nb % GROUP_BLOCKS);
         if rest & 4 != 0 {
-            self.chunk::<N, 4, VNNI>(o, b0, &rows, &mut acc);
+            self.chunk::<N, 4, VNNI, false>(o, b0, &rows, &mut acc);
             b0 += 4;
         }
         if rest & 2 != 0 {
-            self.chunk::<N, 2, VNNI>(o, b0, &rows, &mut acc);
+            self.chunk::<N, 2, VNNI, false>(o, b0, &rows, &mut acc);
             b0 += 2;
         }
         if rest & 1 != 0 {
-            self.chunk::<N, 1, VNNI>(o, b0, &rows, &mut acc);
+            self.chunk::<N, 1, VNNI, false>(o, b0, &rows, &mut acc);
         }
         for j in 0..N {
             out[j] = hsum256(acc[j]);
@@ -551,7 +598,7 @@ impl Q8Matrix {
     /// integer block sums in the 8 lanes (see [`chunk_source`]), then scaled once.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn chunk<const N: usize, const SIZE: usize, const VNNI: bool>(
+    unsafe fn chunk<const N: usize, const SIZE: usize, const VNNI: bool, const WIDE: bool>(
         &self,
         o: usize,
         b0: usize,
@@ -562,7 +609,22 @@ impl Q8Matrix {
         let nb = self.n_in / BLOCK;
         let wq = self.quants.as_ptr().add(o * self.n_in + b0 * BLOCK);
         let mut isum = [_mm256_setzero_si256(); N];
-        if VNNI && N >= 2 && SIZE == GROUP_BLOCKS {
+        if WIDE && N >= 2 && SIZE == GROUP_BLOCKS {
+            // The same with 512-bit vectors: vectors 2v and 2v + 1 in one register, so the block
+            // sums build up in both halves, added once per chunk (integers: the same sums).
+            let mut wide = [_mm512_setzero_si512(); N];
+            for v in 0..SIZE / 2 {
+                let w = _mm512_loadu_si512(wq.add(2 * v * BLOCK) as *const _);
+                for j in 0..N {
+                    let x = _mm512_loadu_si512(rows.xu[j].add(b0 * BLOCK + 2 * v * BLOCK) as *const _);
+                    wide[j] = _mm512_dpbusd_epi32(wide[j], x, w);
+                }
+            }
+            let offset = _mm256_loadu_si256(self.wsum128.as_ptr().add(o * nb + b0) as *const __m256i);
+            for j in 0..N {
+                isum[j] = _mm256_sub_epi32(halves_added(wide[j]), offset);
+            }
+        } else if VNNI && N >= 2 && SIZE == GROUP_BLOCKS {
             // Unsigned activations (x + 128) straight into vpdpbusd, one instruction per row and
             // vector; the +128 is taken back once per group with the weights' block sums.
             for v in 0..SIZE {
@@ -706,12 +768,14 @@ impl RowKernel for Q8Matrix {
         self.rows_portable(outs, xq, local);
     }
     #[cfg(target_arch = "x86_64")]
-    fn reads_unsigned(&self) -> bool {
-        true
+    fn prepare(&self, xq: &mut Q8Rows) {
+        xq.fill_unsigned_for_vnni();
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        if use_vnni() {
+        if use_vnni512() {
+            self.rows_vnni512(outs, xq, local)
+        } else if use_vnni() {
             self.rows_vnni(outs, xq, local)
         } else {
             self.rows_avx2_only(outs, xq, local)
@@ -736,6 +800,13 @@ impl Q8Matrix {
     unsafe fn rows_vnni(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| dispatch_group!(self, group_vnni, o, r0, n, xq, out))
     }
+
+    /// The VNNI kernel with 512-bit vectors for whole chunks of 8 blocks.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
+    unsafe fn rows_vnni512(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
+        for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| dispatch_group!(self, group_vnni512, o, r0, n, xq, out))
+    }
 }
 
 /// Whether the CPU has AVX-512 VNNI (with 256-bit forms); `MENTOR_LAB_KERNEL=avx2` turns it off.
@@ -746,6 +817,19 @@ fn use_vnni() -> bool {
         is_x86_feature_detected!("avx512vnni")
             && is_x86_feature_detected!("avx512vl")
             && std::env::var("MENTOR_LAB_KERNEL").map(|v| v != "avx2").unwrap_or(true)
+    })
+}
+
+/// Whether the VNNI kernels use 512-bit vectors too (AVX-512 F, BW, VNNI and VL);
+/// `MENTOR_LAB_KERNEL=vnni256` keeps them to 256 bits (`avx2` turns VNNI off altogether).
+#[cfg(target_arch = "x86_64")]
+fn use_vnni512() -> bool {
+    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WIDE.get_or_init(|| {
+        use_vnni()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && std::env::var("MENTOR_LAB_KERNEL").map(|v| v != "vnni256").unwrap_or(true)
     })
 }
 
@@ -888,13 +972,13 @@ impl Q4Matrix {
     /// per chunk; the integer sums are the same, so the results are identical.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn group_body<const N: usize, const VNNI: bool>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+    unsafe fn group_body<const N: usize, const VNNI: bool, const WIDE: bool>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
         use std::arch::x86_64::*;
         let nb = self.n_in / BLOCK;
         let mut rows = Q4Rows { xp: [std::ptr::null(); N], xs: [std::ptr::null(); N], xsum: [std::ptr::null(); N] };
         for j in 0..N {
-            // In the chunk layout, like the weights.
-            rows.xp[j] = xq.quants_il.as_ptr().add((r0 + j) * self.n_in);
+            // In the chunk layout, like the weights (paired for the 512-bit kernel).
+            rows.xp[j] = if WIDE { xq.quants_pair.as_ptr() } else { xq.quants_il.as_ptr() }.add((r0 + j) * self.n_in);
             rows.xs[j] = xq.scales.as_ptr().add((r0 + j) * nb);
             rows.xsum[j] = xq.scaled_sums.as_ptr().add((r0 + j) * nb);
         }
@@ -902,19 +986,19 @@ impl Q4Matrix {
         // The same chunks in the same order for any number of rows (see `chunks`).
         let n_groups = nb / GROUP_BLOCKS;
         for g in 0..n_groups {
-            self.chunk::<N, 8, VNNI>(o, g * GROUP_BLOCKS, &rows, &mut acc);
+            self.chunk::<N, 8, VNNI, WIDE>(o, g * GROUP_BLOCKS, &rows, &mut acc);
         }
         let (mut b0, rest) = (n_groups * GROUP_BLOCKS, nb % GROUP_BLOCKS);
         if rest & 4 != 0 {
-            self.chunk::<N, 4, VNNI>(o, b0, &rows, &mut acc);
+            self.chunk::<N, 4, VNNI, false>(o, b0, &rows, &mut acc);
             b0 += 4;
         }
         if rest & 2 != 0 {
-            self.chunk::<N, 2, VNNI>(o, b0, &rows, &mut acc);
+            self.chunk::<N, 2, VNNI, false>(o, b0, &rows, &mut acc);
             b0 += 2;
         }
         if rest & 1 != 0 {
-            self.chunk::<N, 1, VNNI>(o, b0, &rows, &mut acc);
+            self.chunk::<N, 1, VNNI, false>(o, b0, &rows, &mut acc);
         }
         for j in 0..N {
             out[j] = hsum256(acc[j]);
@@ -930,12 +1014,32 @@ impl Q4Matrix {
     /// add, against four operations for Q8_0 without VNNI.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn chunk<const N: usize, const SIZE: usize, const VNNI: bool>(&self, o: usize, b0: usize, rows: &Q4Rows<N>, acc: &mut [std::arch::x86_64::__m256; N]) {
+    unsafe fn chunk<const N: usize, const SIZE: usize, const VNNI: bool, const WIDE: bool>(&self, o: usize, b0: usize, rows: &Q4Rows<N>, acc: &mut [std::arch::x86_64::__m256; N]) {
         use std::arch::x86_64::*;
         let nb = self.n_in / BLOCK;
         let nib = self.nibbles.as_ptr().add(o * self.n_in / 2 + b0 * BLOCK / 2);
         let mut isum = [_mm256_setzero_si256(); N];
-        if SIZE == 1 {
+        if WIDE && SIZE == GROUP_BLOCKS {
+            // 64 bytes of nibbles: vectors 4t and 4t + 2 in the low nibbles, 4t + 1 and 4t + 3 in
+            // the high ones; the activations are paired to match ([`pair_vectors`]). The block
+            // sums build up in both halves of the registers and are added once per chunk.
+            let mask = _mm512_set1_epi8(0x0F);
+            let mut wide = [_mm512_setzero_si512(); N];
+            for t in 0..SIZE / 4 {
+                let raw = _mm512_loadu_si512(nib.add(2 * t * BLOCK) as *const _);
+                let lo = _mm512_and_si512(raw, mask);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), mask);
+                for j in 0..N {
+                    let x = rows.xp[j].add(b0 * BLOCK + 4 * t * BLOCK);
+                    let x_lo = _mm512_loadu_si512(x as *const _);
+                    let x_hi = _mm512_loadu_si512(x.add(2 * BLOCK) as *const _);
+                    wide[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(wide[j], lo, x_lo), hi, x_hi);
+                }
+            }
+            for j in 0..N {
+                isum[j] = halves_added(wide[j]);
+            }
+        } else if SIZE == 1 {
             let low = _mm_set1_epi8(0x0F);
             let raw = _mm_loadu_si128(nib as *const __m128i);
             let w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low), _mm_and_si128(raw, low));
@@ -995,8 +1099,14 @@ impl RowKernel for Q4Matrix {
         self.rows_portable(outs, xq, local);
     }
     #[cfg(target_arch = "x86_64")]
+    fn prepare(&self, xq: &mut Q8Rows) {
+        xq.fill_pairs_for_wide();
+    }
+    #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        if use_vnni() {
+        if use_vnni512() {
+            self.rows_vnni512(outs, xq, local)
+        } else if use_vnni() {
             self.rows_vnni(outs, xq, local)
         } else {
             self.rows_avx2_impl(outs, xq, local)
@@ -1021,6 +1131,13 @@ impl Q4Matrix {
     #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
     unsafe fn rows_vnni(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| dispatch_group!(self, group_vnni, o, r0, n, xq, out))
+    }
+
+    /// The VNNI kernel with 512-bit vectors for whole chunks of 8 blocks.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
+    unsafe fn rows_vnni512(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
+        for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| dispatch_group!(self, group_vnni512, o, r0, n, xq, out))
     }
 }
 
@@ -1097,9 +1214,10 @@ mod tests {
         }
     }
 
-    /// Where the CPU has AVX-512 VNNI, the VNNI kernels give the AVX2 kernels' results bit for bit:
-    /// the same integer block sums (Q8_0 through the +128 offset, Q4 straight), scaled and added
-    /// in the same order.
+    /// Where the CPU has AVX-512 VNNI, the VNNI kernels (256-bit, and 512-bit where AVX-512 BW is
+    /// there too) give the AVX2 kernels' results bit for bit: the same integer block sums (Q8_0
+    /// through the +128 offset, Q4 straight), scaled and added in the same order. Widths 576 and
+    /// 1536 (the default target's) hold whole chunks of 8 blocks, which the 512-bit path takes.
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn vnni_kernels_equal_the_avx2_ones() {
@@ -1107,12 +1225,13 @@ mod tests {
             eprintln!("no AVX-512 VNNI on this CPU (or MENTOR_LAB_KERNEL=avx2): nothing to compare");
             return;
         }
-        for (n_out, n_in) in [(67, 576), (21, 480), (20, 64), (9, 32)] {
+        for (n_out, n_in) in [(67, 576), (13, 1536), (21, 480), (20, 64), (9, 32)] {
             let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 21), n_out, n_in).unwrap();
             let q4 = Q4Matrix::from_ggml_bytes(&q4_1_bytes(n_out, n_in, 22), n_out, n_in, true).unwrap();
             for n_rows in [1, 2, 3, 5, 6, 9, 17] {
                 let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 23 + n_rows as u64), n_rows, n_in);
                 xq.fill_unsigned_for_vnni();
+                xq.fill_pairs_for_wide();
                 let run = |f: &dyn Fn(&mut [f32])| {
                     let mut out = vec![0f32; n_out * n_rows];
                     f(&mut out);
@@ -1122,6 +1241,10 @@ mod tests {
                 unsafe {
                     assert_eq!(run(&|o| q8.rows_vnni(0..n_out, &xq, o)), run(&|o| q8.rows_avx2_only(0..n_out, &xq, o)), "q8_0 {n_out}x{n_in}, {n_rows} rows");
                     assert_eq!(run(&|o| q4.rows_vnni(0..n_out, &xq, o)), run(&|o| q4.rows_avx2_impl(0..n_out, &xq, o)), "q4_1 {n_out}x{n_in}, {n_rows} rows");
+                    if use_vnni512() {
+                        assert_eq!(run(&|o| q8.rows_vnni512(0..n_out, &xq, o)), run(&|o| q8.rows_avx2_only(0..n_out, &xq, o)), "q8_0 512-bit {n_out}x{n_in}, {n_rows} rows");
+                        assert_eq!(run(&|o| q4.rows_vnni512(0..n_out, &xq, o)), run(&|o| q4.rows_avx2_impl(0..n_out, &xq, o)), "q4_1 512-bit {n_out}x{n_in}, {n_rows} rows");
+                    }
                 }
             }
         }
