@@ -2,7 +2,13 @@
 
 llama.cpp (llama-cpp-python) on the same GGUF: decode tok/s and the cost of a forward over k new
 tokens relative to one, 2 threads. Mirrors `mentor-lab cost`: a 128-token prompt, then forwards at that
-position, median of repeats."""
+position, median of repeats.
+
+On a VM whose CPU lists AMX but does not let programs use it, a native build (GGML_NATIVE=ON) dies
+with SIGILL in llama.cpp's AMX kernel (`tileloadd`); build with the vector extensions named instead:
+CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+-DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON"
+pip install llama-cpp-python==0.3.36"""
 import sys, time, statistics
 from llama_cpp import Llama
 path = sys.argv[1]
