@@ -224,6 +224,72 @@ def grow(ws, n_old, n_new, fresh):
     return out
 
 
+def teacher_data(teacher, inp, args, gen, vocab, results):
+    """Teacher continuations of the training prompts (and of prompts it writes itself), sampled until
+    args.gen_until; returns (data, wdata, nchunk): token windows [nchunk, seq] on the GPU and their loss
+    weights (1 where the position predicts a response token)."""
+    dev = teacher.inv_freq.device
+    # ---- training data: teacher continuations of the training prompts, until gen_until
+    train_prompts = inp["train"]
+    rng = np.random.default_rng(args.seed)
+    if args.gen_seed:
+        rng = np.random.default_rng(args.seed + 1000 * args.gen_seed)
+        gen.manual_seed(args.seed + 1000 * args.gen_seed)
+    temps = [0.7, 0.85, 1.0]
+    docs, ntok, nb, n_self = [], 0, 0, 0
+    self_examples = []
+    while nb == 0 or time.time() - T0 < args.gen_until:
+        temp = temps[nb % len(temps)]
+        tb, kind, ps = time.time(), "listed", []
+        if rng.random() < args.self_prompts:
+            # the teacher writes the user turn itself (after a random opener), at T=1 for variety
+            heads = [inp["self_head"] + inp["self_openers"][i]
+                     for i in rng.integers(0, len(inp["self_openers"]), size=args.gen_batch)]
+            turns = generate(teacher, heads, 48, 1.0, gen, deadline=T0 + args.gen_until)
+            ps = [h + t[:-1] + inp["self_tail"] for h, t in zip(heads, turns) if len(t) >= 4 and t[-1] == EOS]
+            n_self += len(ps)
+            if len(self_examples) < 24:
+                self_examples += ps[:8]
+            kind = "self"
+        if kind != "self" or not ps:  # (a random smoke-test teacher rarely ends its user turn)
+            idx = rng.choice(len(train_prompts), size=min(args.gen_batch, len(train_prompts)), replace=False)
+            ps = [train_prompts[i][1] for i in idx]
+            kind = "listed"
+        rs = generate(teacher, ps, args.max_new, temp, gen, deadline=T0 + args.gen_until)
+        for p, r in zip(ps, rs):
+            resp = r + ([inp["newline_id"][0]] if r and r[-1] == EOS else [])
+            docs.append((p, resp)); ntok += len(p) + len(resp)
+        nb += 1
+        log(f"gen batch {nb} ({kind} prompts, {len(ps)}) T={temp} ({time.time() - tb:.1f}s): {len(docs)} docs, "
+            f"{ntok} tokens, mean resp {np.mean([len(r) for r in rs]):.0f}, "
+            f"eos rate {np.mean([r[-1] == EOS for r in rs]):.2f}")
+    results["self_prompt_examples"] = self_examples
+    order = rng.permutation(len(docs))
+    stream = np.concatenate([np.asarray(docs[i][0] + docs[i][1], dtype=np.int64) for i in order])
+    # resp[j] = 1 where token j is part of a response; position j predicts token j+1
+    resp = np.concatenate([np.r_[np.zeros(len(docs[i][0])), np.ones(len(docs[i][1]))] for i in order])
+    weight = np.roll(resp, -1) * (1 - args.prompt_weight) + args.prompt_weight
+    # how often each token is sampled in the responses (for a draft head restricted to frequent tokens)
+    counts = np.bincount(stream[resp > 0], minlength=vocab)
+    if args.data_from:
+        old = np.load(args.data_from)
+        log(f"prepending {len(old['tokens'])} tokens from {args.data_from}")
+        stream = np.concatenate([old["tokens"].astype(np.int64), stream])
+        weight = np.concatenate([old["weights"].astype(np.float64), weight])
+        counts = counts + old["counts"]
+    np.save(os.path.join(args.out, "token_counts.npy"), counts)
+    if args.data_keep:
+        np.savez(args.data_keep, tokens=stream.astype(np.uint16), weights=weight.astype(np.float16), counts=counts)
+    nchunk = len(stream) // args.seq
+    data = torch.from_numpy(stream[:nchunk * args.seq].reshape(nchunk, args.seq)).to(dev)
+    wdata = torch.from_numpy(weight[:nchunk * args.seq].reshape(nchunk, args.seq).astype(np.float32)).to(dev)
+    log(f"self-written prompts: {n_self}; positions with loss weight 1: {weight.mean():.3f}")
+    results["data"] = {"docs": len(docs), "tokens": int(len(stream)), "chunks": nchunk, "gen_batches": nb}
+    log(f"data: {len(docs)} docs, {len(stream)} tokens, {nchunk} chunks of {args.seq}")
+
+    return data, wdata, nchunk
+
+
 # ---------------------------------------------------------------------------------------- main
 def main():
     ap = argparse.ArgumentParser()
@@ -321,63 +387,7 @@ def main():
     results["eval_teacher_ids"] = ev_resp
     log("eval continuations", sum(len(r) for r in ev_resp), "tokens")
 
-    # ---- training data: teacher continuations of the training prompts, until gen_until
-    train_prompts = inp["train"]
-    rng = np.random.default_rng(args.seed)
-    if args.gen_seed:
-        rng = np.random.default_rng(args.seed + 1000 * args.gen_seed)
-        gen.manual_seed(args.seed + 1000 * args.gen_seed)
-    temps = [0.7, 0.85, 1.0]
-    docs, ntok, nb, n_self = [], 0, 0, 0
-    self_examples = []
-    while nb == 0 or time.time() - T0 < args.gen_until:
-        temp = temps[nb % len(temps)]
-        tb, kind, ps = time.time(), "listed", []
-        if rng.random() < args.self_prompts:
-            # the teacher writes the user turn itself (after a random opener), at T=1 for variety
-            heads = [inp["self_head"] + inp["self_openers"][i]
-                     for i in rng.integers(0, len(inp["self_openers"]), size=args.gen_batch)]
-            turns = generate(teacher, heads, 48, 1.0, gen, deadline=T0 + args.gen_until)
-            ps = [h + t[:-1] + inp["self_tail"] for h, t in zip(heads, turns) if len(t) >= 4 and t[-1] == EOS]
-            n_self += len(ps)
-            if len(self_examples) < 24:
-                self_examples += ps[:8]
-            kind = "self"
-        if kind != "self" or not ps:  # (a random smoke-test teacher rarely ends its user turn)
-            idx = rng.choice(len(train_prompts), size=min(args.gen_batch, len(train_prompts)), replace=False)
-            ps = [train_prompts[i][1] for i in idx]
-            kind = "listed"
-        rs = generate(teacher, ps, args.max_new, temp, gen, deadline=T0 + args.gen_until)
-        for p, r in zip(ps, rs):
-            resp = r + ([inp["newline_id"][0]] if r and r[-1] == EOS else [])
-            docs.append((p, resp)); ntok += len(p) + len(resp)
-        nb += 1
-        log(f"gen batch {nb} ({kind} prompts, {len(ps)}) T={temp} ({time.time() - tb:.1f}s): {len(docs)} docs, "
-            f"{ntok} tokens, mean resp {np.mean([len(r) for r in rs]):.0f}, "
-            f"eos rate {np.mean([r[-1] == EOS for r in rs]):.2f}")
-    results["self_prompt_examples"] = self_examples
-    order = rng.permutation(len(docs))
-    stream = np.concatenate([np.asarray(docs[i][0] + docs[i][1], dtype=np.int64) for i in order])
-    # resp[j] = 1 where token j is part of a response; position j predicts token j+1
-    resp = np.concatenate([np.r_[np.zeros(len(docs[i][0])), np.ones(len(docs[i][1]))] for i in order])
-    weight = np.roll(resp, -1) * (1 - args.prompt_weight) + args.prompt_weight
-    # how often each token is sampled in the responses (for a draft head restricted to frequent tokens)
-    counts = np.bincount(stream[resp > 0], minlength=tcfg["vocab"])
-    if args.data_from:
-        old = np.load(args.data_from)
-        log(f"prepending {len(old['tokens'])} tokens from {args.data_from}")
-        stream = np.concatenate([old["tokens"].astype(np.int64), stream])
-        weight = np.concatenate([old["weights"].astype(np.float64), weight])
-        counts = counts + old["counts"]
-    np.save(os.path.join(args.out, "token_counts.npy"), counts)
-    if args.data_keep:
-        np.savez(args.data_keep, tokens=stream.astype(np.uint16), weights=weight.astype(np.float16), counts=counts)
-    nchunk = len(stream) // args.seq
-    data = torch.from_numpy(stream[:nchunk * args.seq].reshape(nchunk, args.seq)).to(dev)
-    wdata = torch.from_numpy(weight[:nchunk * args.seq].reshape(nchunk, args.seq).astype(np.float32)).to(dev)
-    log(f"self-written prompts: {n_self}; positions with loss weight 1: {weight.mean():.3f}")
-    results["data"] = {"docs": len(docs), "tokens": int(len(stream)), "chunks": nchunk, "gen_batches": nb}
-    log(f"data: {len(docs)} docs, {len(stream)} tokens, {nchunk} chunks of {args.seq}")
+    data, wdata, nchunk = teacher_data(teacher, inp, args, gen, tcfg["vocab"], results)
     save_results()
 
     # ---- student
