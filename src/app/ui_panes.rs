@@ -158,24 +158,28 @@ fn stats_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
     });
 }
 
+/// Seconds over which the live rate plot counts tokens.
+const RATE_WINDOW_S: f64 = 0.5;
+
 fn plots_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
     let progress = |p: &PaneView| -> Vec<[f64; 2]> {
         std::iter::once([0.0, 0.0]).chain(p.token_times.iter().enumerate().map(|(i, &t)| [t, (i + 1) as f64])).collect()
     };
     let h = 170.0;
+    // The wheel scrolls the page, not the plots: over a plot it panned the live data out of view.
     ui.columns(3, |cols| {
         cols[0].label("Tokens generated vs seconds");
-        Plot::new("progress").height(h).legend(Legend::default()).x_axis_label("s").show(&mut cols[0], |p| {
+        Plot::new("progress").height(h).allow_scroll(false).legend(Legend::default()).x_axis_label("s").show(&mut cols[0], |p| {
             p.line(Line::new("target only", PlotPoints::new(progress(target))));
             p.line(Line::new("mentored", PlotPoints::new(progress(mentored))));
         });
-        cols[1].label("Rolling tokens / s (last 16 tokens)");
-        Plot::new("rate").height(h).legend(Legend::default()).x_axis_label("s").show(&mut cols[1], |p| {
-            p.line(Line::new("target only", PlotPoints::new(target.rolling_tok_s(16))));
-            p.line(Line::new("mentored", PlotPoints::new(mentored.rolling_tok_s(16))));
+        cols[1].label(format!("Tokens / s (last {RATE_WINDOW_S} s)"));
+        Plot::new("rate").height(h).allow_scroll(false).legend(Legend::default()).x_axis_label("s").show(&mut cols[1], |p| {
+            p.line(Line::new("target only", PlotPoints::new(target.rolling_tok_s(RATE_WINDOW_S))));
+            p.line(Line::new("mentored", PlotPoints::new(mentored.rolling_tok_s(RATE_WINDOW_S))));
         });
         cols[2].label("Accepted / drafted per round");
-        Plot::new("acceptance").height(h).x_axis_label("round").include_y(0.0).include_y(1.0).show(&mut cols[2], |p| {
+        Plot::new("acceptance").height(h).allow_scroll(false).x_axis_label("round").include_y(0.0).include_y(1.0).show(&mut cols[2], |p| {
             let bars: Vec<Bar> = mentored
                 .rounds
                 .iter()

@@ -23,15 +23,31 @@ impl PaneView {
         self.tokens.iter().map(|t| t.text.as_str()).collect()
     }
 
-    /// Tokens per second over the last `window` tokens, at each token.
-    pub fn rolling_tok_s(&self, window: usize) -> Vec<[f64; 2]> {
-        (1..self.token_times.len())
-            .map(|i| {
-                let j = i.saturating_sub(window);
-                let dt = self.token_times[i] - self.token_times[j];
-                [self.token_times[i], if dt > 0.0 { (i - j) as f64 / dt } else { 0.0 }]
-            })
-            .collect()
+    /// Tokens per second at each token, over at least the last `window_s` seconds: from the last
+    /// token that arrived that long before (or from the run's start, prefill included, until one
+    /// did). A speculative round delivers its tokens within microseconds; counted over a fixed
+    /// number of tokens, a window starting inside such a burst read as thousands of tokens per
+    /// second. Tokens with the same arrival time give one point, at the last of them.
+    pub fn rolling_tok_s(&self, window_s: f64) -> Vec<[f64; 2]> {
+        let t = &self.token_times;
+        let mut before = 0; // tokens that arrived at least `window_s` before the current one
+        let mut points = Vec::with_capacity(t.len());
+        for (i, &now) in t.iter().enumerate() {
+            while before < i && t[before] <= now - window_s {
+                before += 1;
+            }
+            if t.get(i + 1).is_some_and(|&next| next <= now) {
+                continue;
+            }
+            let (n, span) = match before.checked_sub(1) {
+                Some(j) => (i - j, now - t[j]),
+                None => (i + 1, now),
+            };
+            if span > 0.0 {
+                points.push([now, n as f64 / span]);
+            }
+        }
+        points
     }
 }
 
@@ -237,5 +253,45 @@ impl ViewState {
             let both_done = !self.target.running && !self.mentored.running;
             (both_done && a.len() != b.len()).then_some(n)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PaneView;
+
+    fn rates(times: &[f64], window_s: f64) -> Vec<[f64; 2]> {
+        PaneView { token_times: times.to_vec(), ..PaneView::default() }.rolling_tok_s(window_s)
+    }
+
+    fn assert_points(got: &[[f64; 2]], want: &[[f64; 2]]) {
+        assert_eq!(got.len(), want.len(), "{got:?}");
+        for (g, w) in got.iter().zip(want) {
+            assert!((g[0] - w[0]).abs() < 1e-12 && (g[1] - w[1]).abs() < 1e-9, "{got:?} != {want:?}");
+        }
+    }
+
+    #[test]
+    fn a_round_delivered_at_once_is_one_point_and_bursts_stay_bounded() {
+        // Prefill and a first round of 4 tokens arriving together at 0.5 s, then one every 0.1 s.
+        let got = rates(&[0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8], 0.25);
+        // From the start until a token is 0.25 s old; at 0.8 s from the round at 0.5 s: 3 in 0.3 s.
+        assert_points(&got, &[[0.5, 8.0], [0.6, 5.0 / 0.6], [0.7, 6.0 / 0.7], [0.8, 3.0 / 0.3]]);
+        // Bursts of 8 every 0.1 s: never more than the true 80 tokens/s plus one burst per window.
+        let bursts: Vec<f64> = (1..=30).flat_map(|r| std::iter::repeat_n(r as f64 * 0.1, 8)).collect();
+        let got = rates(&bursts, 0.5);
+        assert_eq!(got.len(), 30);
+        assert!(got.iter().all(|p| p[1] > 0.0 && p[1] <= 80.0 + 8.0 / 0.5 + 1e-9), "{got:?}");
+    }
+
+    #[test]
+    fn steady_tokens_give_their_rate_and_nothing_is_infinite() {
+        let times: Vec<f64> = (1..=40).map(|i| i as f64 * 0.04).collect();
+        let got = rates(&times, 0.5);
+        assert_eq!(got.len(), 40);
+        assert!(got.iter().all(|p| (p[1] - 25.0).abs() < 1e-9), "{got:?}");
+        // A token at time 0 has no rate yet; an empty pane has no points.
+        assert!(rates(&[0.0], 0.5).is_empty());
+        assert!(rates(&[], 0.5).is_empty());
     }
 }
