@@ -577,9 +577,13 @@ pub fn generate_speculative(
         let mut drafts: Vec<u32> = Vec::with_capacity(k_cap);
         let mut q_dists: Vec<Vec<f32>> = Vec::with_capacity(k_cap);
         let mut scratch = run.context.clone();
+        // The first forward catches up on the tokens the draft has not seen (for the policy).
+        let (mut caught_up, mut catch_up_s) = (0, 0.0);
         if k_cap > 0 {
             let unseen = run.context[dmodel.n_cached()..].to_vec();
+            let t_catch_up = Instant::now();
             let mut logits = dmodel.forward_last(&unseen)?;
+            (caught_up, catch_up_s) = (unseen.len(), t_catch_up.elapsed().as_secs_f64());
             for i in 0..k_cap {
                 let q = probabilities(&logits, &scratch, &req.sampling, n_vocab);
                 let confident = crate::sampling::max_f32(&q) >= MIN_DRAFT_CONFIDENCE;
@@ -686,7 +690,8 @@ pub fn generate_speculative(
         run.stats.verify_s += verify_s;
         // The policy weighs whole rounds: the acceptance walk's sampling and mixing cost per token
         // too, and a round at k = 0 pays them as well.
-        policy.observe(k, n_accepted, draft_s, t_round.elapsed().as_secs_f64() - draft_s);
+        let draft_token_s = crate::adaptive::draft_token_s(k, draft_s, caught_up, catch_up_s);
+        policy.observe(k, n_accepted, draft_token_s, t_round.elapsed().as_secs_f64() - draft_s);
         let info = RoundInfo {
             index: round,
             n_proposed: k,
