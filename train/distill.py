@@ -290,8 +290,9 @@ def teacher_data(teacher, inp, args, gen, vocab, results):
     return data, wdata, nchunk
 
 
-# ---------------------------------------------------------------------------------------- main
-def main():
+def run_args(gen_batch, lr, warmup):
+    """An argument parser with what every run here takes: inputs and budgets, the teacher's data,
+    optimisation, and the loss (KL + TV); each script adds its model's own."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--teacher", default="/tmp/teacher.gguf")
     ap.add_argument("--inputs", default="train/build/inputs.json")
@@ -300,27 +301,16 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--end_by", type=float, default=540, help="seconds after start by which everything is done")
     ap.add_argument("--gen_until", type=float, default=150, help="stop generating at this many seconds")
-    ap.add_argument("--gen_batch", type=int, default=1024)
+    ap.add_argument("--gen_batch", type=int, default=gen_batch)
     ap.add_argument("--max_new", type=int, default=256)
-    ap.add_argument("--d", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv", type=int, default=2)
-    ap.add_argument("--ffn", type=int, default=768)
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--warmup", type=int, default=150)
-    ap.add_argument("--init_from", default=None,
-                    help="dir with student_index.json + student_w*.f16 to continue from; if --layers is larger "
-                         "than the loaded model's, new layers are inserted evenly with zero output projections "
-                         "(the grown model computes exactly what the loaded one did)")
+    ap.add_argument("--lr", type=float, default=lr)
+    ap.add_argument("--warmup", type=int, default=warmup)
     ap.add_argument("--data_from", default=None,
                     help=".npz (tokens + loss weights) kept by an earlier run's --data_keep, prepended to new data")
     ap.add_argument("--data_keep", default=None, help="save this run's whole data (tokens + loss weights) here, .npz")
-
     ap.add_argument("--gen_seed", type=int, default=0, help="if nonzero: reseed training-data sampling (new data)")
-    ap.add_argument("--est_steps", type=int, default=3000, help="cosine horizon; re-estimated from measured speed")
     ap.add_argument("--self_prompts", type=float, default=0.5,
                     help="fraction of generation batches whose user turn the teacher writes itself after an opener")
     ap.add_argument("--prompt_weight", type=float, default=0.0,
@@ -328,21 +318,37 @@ def main():
     ap.add_argument("--tv_weight", type=float, default=1.0,
                     help="weight of TV(p,q) at --tv_temp added to KL(p||q) at T=1 (TV = 1 - acceptance rate)")
     ap.add_argument("--tv_temp", type=float, default=0.7)
-    args = ap.parse_args()
+    return ap
+
+
+def set_lr(opt, args, step, est_steps):
+    """Linear warmup over args.warmup steps, then cosine down to 10% of args.lr at est_steps."""
+    lr = args.lr * min(1.0, (step + 1) / args.warmup)
+    lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(est_steps, 1))))
+    for gp in opt.param_groups:
+        gp["lr"] = lr
+    return lr
+
+
+def start_run(args):
+    """Seeds, the output folder, the prepared inputs, and a results dict with its saver."""
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
     torch.backends.cuda.matmul.allow_tf32 = False
-    dev = "cuda"
     log("torch", torch.__version__, torch.cuda.get_device_name(0), vars(args))
     inp = json.load(open(args.inputs))
-    cats = inp["cats"]
     results = {"args": vars(args)}
 
     def save_results():
         json.dump(results, open(os.path.join(args.out, "results.json"), "w"))
 
-    # ---- teacher
+    return inp, results, save_results
+
+
+def load_teacher(args, dev):
+    """The frozen teacher from args.teacher (GGUF), or with --smoke a random 2-layer one of the same
+    widths (and tiny run sizes set on args). Returns (config, model)."""
     if args.smoke:
         tcfg = dict(vocab=49152, d=576, n_layers=2, n_heads=9, n_kv=3, ffn=1536, eps=1e-5, theta=100000.0)
         teacher = Llama(**tcfg)
@@ -360,6 +366,53 @@ def main():
         del w
     teacher = teacher.to(dev).eval().requires_grad_(False)
     log("teacher loaded, params", sum(p.numel() for p in teacher.parameters()))
+    return tcfg, teacher
+
+
+def save_f16(state, out, prefix, meta):
+    """Tensors as fp16 in files of 14 MiB (<prefix>_w<i>.f16: a device call returns files < 16 MiB)
+    plus <prefix>_index.json (meta, then name/shape/offset of each). Returns {name: fp16 array}."""
+    st = {k: v.detach().to(torch.float16).cpu().numpy() for k, v in state.items()}
+    index, flat, off = [], [], 0
+    for k, v in st.items():
+        index.append([k, list(v.shape), off]); off += v.size; flat.append(v.ravel())
+    flat = np.concatenate(flat)
+    chunk = 7 * 1024 * 1024  # fp16 elements -> 14 MiB per file
+    nfiles = (len(flat) + chunk - 1) // chunk
+    for i in range(nfiles):
+        flat[i * chunk:(i + 1) * chunk].tofile(os.path.join(out, f"{prefix}_w{i}.f16"))
+    json.dump({**meta, "index": index, "total": int(off), "chunk": chunk, "files": nfiles},
+              open(os.path.join(out, f"{prefix}_index.json"), "w"))
+    log(f"exported {off} params in {nfiles} files")
+    return st
+
+
+def load_f16(folder, prefix):
+    """What save_f16 wrote: (index dict, {name: float32 array})."""
+    ix = json.load(open(os.path.join(folder, f"{prefix}_index.json")))
+    flat = np.concatenate([np.fromfile(os.path.join(folder, f"{prefix}_w{i}.f16"), dtype=np.float16)
+                           for i in range(ix["files"])])
+    return ix, {k: flat[o:o + int(np.prod(sh))].reshape(sh).astype(np.float32) for k, sh, o in ix["index"]}
+
+
+# ---------------------------------------------------------------------------------------- main
+def main():
+    ap = run_args(gen_batch=1024, lr=2e-3, warmup=150)
+    ap.add_argument("--d", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv", type=int, default=2)
+    ap.add_argument("--ffn", type=int, default=768)
+    ap.add_argument("--init_from", default=None,
+                    help="dir with student_index.json + student_w*.f16 to continue from; if --layers is larger "
+                         "than the loaded model's, new layers are inserted evenly with zero output projections "
+                         "(the grown model computes exactly what the loaded one did)")
+    ap.add_argument("--est_steps", type=int, default=3000, help="cosine horizon; re-estimated from measured speed")
+    args = ap.parse_args()
+    dev = "cuda"
+    inp, results, save_results = start_run(args)
+    cats = inp["cats"]
+    tcfg, teacher = load_teacher(args, dev)
 
     # ---- sanity: greedy Paris, and KV-cache decoding == full recomputation
     g = generate(teacher, [inp["sanity"]], 12, 0.0, amp=False)[0]  # fp32: bf16 flips a 0.08-logit near-tie
@@ -399,10 +452,7 @@ def main():
             std = 0.02 / math.sqrt(2 * args.layers) if ("attn_output" in n_ or "ffn_down" in n_) else 0.02
             nn.init.normal_(p_, std=std)
     if args.init_from:
-        ix = json.load(open(os.path.join(args.init_from, "student_index.json")))
-        flat = np.concatenate([np.fromfile(os.path.join(args.init_from, f"student_w{i}.f16"), dtype=np.float16)
-                               for i in range(ix["files"])])
-        ws = {k: flat[o:o + int(np.prod(sh))].reshape(sh).astype(np.float32) for k, sh, o in ix["index"]}
+        ix, ws = load_f16(args.init_from, "student")
         n_old = ix["cfg"]["n_layers"]
         if args.layers > n_old:
             ws = grow(ws, n_old, args.layers, student.gguf_state())
@@ -441,11 +491,7 @@ def main():
             log(f"{per * 1000:.0f} ms/step -> horizon {est_steps} steps")
         if step == 10:
             t_s30 = time.time()
-        lr = args.lr * min(1.0, (step + 1) / args.warmup)
-        prog = min(1.0, step / max(est_steps, 1))
-        lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * prog))
-        for gp in opt.param_groups:
-            gp["lr"] = lr
+        lr = set_lr(opt, args, step, est_steps)
         if pi + args.batch > nchunk:
             perm = torch.randperm(nchunk, device=dev); pi = 0
         x = data[perm[pi:pi + args.batch]]
@@ -481,18 +527,7 @@ def main():
     student.eval()
 
     # ---- export fp16 weights right away (split < 16 MiB)
-    st = {k: v.detach().to(torch.float16).cpu().numpy() for k, v in student.gguf_state().items()}
-    index, flat, off = [], [], 0
-    for k, v in st.items():
-        index.append([k, list(v.shape), off]); off += v.size; flat.append(v.ravel())
-    flat = np.concatenate(flat)
-    chunk = 7 * 1024 * 1024  # fp16 elements -> 14 MiB per file
-    nfiles = (len(flat) + chunk - 1) // chunk
-    for i in range(nfiles):
-        flat[i * chunk:(i + 1) * chunk].tofile(os.path.join(args.out, f"student_w{i}.f16"))
-    json.dump({"cfg": scfg, "index": index, "total": int(off), "chunk": chunk, "files": nfiles},
-              open(os.path.join(args.out, "student_index.json"), "w"))
-    log(f"exported {off} params in {nfiles} files")
+    st = save_f16(student.gguf_state(), args.out, "student", {"cfg": scfg})
 
     # ---- reference logits: fp32 forward with the fp16-rounded weights
     with torch.no_grad():

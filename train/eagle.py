@@ -20,7 +20,7 @@ token_embd verbatim).
 Eval on the 40 held-out prompts' teacher continuations: 1 - TV at T=0.7 and greedy agreement for
 step 1 (true feature in) and step 2 (predicted feature in).
 """
-import argparse, json, math, os, sys, time
+import math, os, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np
@@ -28,7 +28,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from distill import T0, Block, Llama, RMSNorm, generate, log, teacher_data
+from distill import (T0, Block, RMSNorm, generate, load_f16, load_teacher, log, run_args, save_f16, set_lr,
+                     start_run, teacher_data)
 
 
 def teacher_feats(teacher, ids, taps=()):
@@ -147,61 +148,17 @@ def fmt(tab):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--teacher", default="/tmp/teacher.gguf")
-    ap.add_argument("--inputs", default="train/build/inputs.json")
-    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--end_by", type=float, default=540)
-    ap.add_argument("--gen_until", type=float, default=150)
-    ap.add_argument("--gen_batch", type=int, default=2048)
-    ap.add_argument("--max_new", type=int, default=256)
-    ap.add_argument("--seq", type=int, default=2048)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--warmup", type=int, default=100)
+    ap = run_args(gen_batch=2048, lr=1e-3, warmup=100)
     ap.add_argument("--init_from", default=None, help="dir of an earlier run (eagle_index.json + eagle_w*.f16)")
-    ap.add_argument("--data_from", default=None)
-    ap.add_argument("--data_keep", default=None)
-    ap.add_argument("--gen_seed", type=int, default=0)
-    ap.add_argument("--self_prompts", type=float, default=0.5)
-    ap.add_argument("--prompt_weight", type=float, default=0.0)
-    ap.add_argument("--tv_weight", type=float, default=1.0)
-    ap.add_argument("--tv_temp", type=float, default=0.7)
     ap.add_argument("--reg_weight", type=float, default=0.2, help="smooth-L1 pull of predicted features")
     ap.add_argument("--step2_weight", type=float, default=0.5, help="weight of the unrolled second step")
     ap.add_argument("--taps", default="", help="comma-separated target blocks whose outputs join the feature")
     ap.add_argument("--init_last_block", type=int, default=0, help="start the block as the target's last block")
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    torch.manual_seed(args.seed)
-    np.random.seed(args.seed)
-    torch.backends.cuda.matmul.allow_tf32 = False
     dev = "cuda"
-    log("torch", torch.__version__, torch.cuda.get_device_name(0), vars(args))
-    inp = json.load(open(args.inputs))
+    inp, results, save_results = start_run(args)
     cats = inp["cats"]
-    results = {"args": vars(args)}
-
-    def save_results():
-        json.dump(results, open(os.path.join(args.out, "results.json"), "w"))
-
-    if args.smoke:
-        tcfg = dict(vocab=49152, d=576, n_layers=2, n_heads=9, n_kv=3, ffn=1536, eps=1e-5, theta=100000.0)
-        teacher = Llama(**tcfg)
-        for n_, p_ in teacher.named_parameters():
-            if p_.dim() == 2:
-                nn.init.normal_(p_, std=0.05 if "token_embd" in n_ else 0.02)
-        args.gen_until, args.gen_batch, args.max_new, args.seq, args.batch = 10, 64, 24, 256, 4
-    else:
-        from gguf_io import load_weights
-        tcfg, w = load_weights(args.teacher)
-        teacher = Llama(**tcfg)
-        teacher.load_gguf_state(w)
-        del w
-    teacher = teacher.to(dev).eval().requires_grad_(False)
-    log("teacher", tcfg)
+    tcfg, teacher = load_teacher(args, dev)
     g = generate(teacher, [inp["sanity"]], 12, 0.0, amp=False)[0]
     log("sanity greedy ids", g)
     if not args.smoke and 7042 not in g:
@@ -230,12 +187,8 @@ def main():
             eagle.layer.load_state_dict(teacher.layers[-1].state_dict())
             eagle.output_norm.weight.copy_(teacher.output_norm.weight)
     if args.init_from:
-        ix = json.load(open(os.path.join(args.init_from, "eagle_index.json")))
-        flat = np.concatenate([np.fromfile(os.path.join(args.init_from, f"eagle_w{i}.f16"), dtype=np.float16)
-                               for i in range(ix["files"])])
-        inv = {mname(k): (sh, o) for k, sh, o in ix["index"]}
-        eagle.load_state_dict({k: torch.from_numpy(flat[o:o + int(np.prod(sh))].reshape(sh).astype(np.float32))
-                               for k, (sh, o) in inv.items()})
+        _, ws = load_f16(args.init_from, "eagle")
+        eagle.load_state_dict({mname(k): torch.from_numpy(v) for k, v in ws.items()})
         log("initialised from", args.init_from)
     eagle = eagle.to(dev)
     nparam = sum(p.numel() for p in eagle.parameters())
@@ -263,10 +216,7 @@ def main():
             per = (time.time() - t_s) / 20
             est_steps = max(step + 1, int(step + (train_until - el) / per))
             log(f"{per * 1000:.0f} ms/step -> horizon {est_steps} steps")
-        lr = args.lr * min(1.0, (step + 1) / args.warmup)
-        lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(est_steps, 1))))
-        for gp in opt.param_groups:
-            gp["lr"] = lr
+        lr = set_lr(opt, args, step, est_steps)
         if pi + args.batch > nchunk:
             perm = torch.randperm(nchunk, device=dev); pi = 0
         x = data[perm[pi:pi + args.batch]]
@@ -302,17 +252,7 @@ def main():
     results["train"] = {"steps": step, "seconds": tt, "losses": losses}
     eagle.eval()
 
-    st = {k: v.detach().to(torch.float16).cpu().numpy() for k, v in eagle.gguf_state().items()}
-    index, flat, off = [], [], 0
-    for k, v in st.items():
-        index.append([k, list(v.shape), off]); off += v.size; flat.append(v.ravel())
-    flat = np.concatenate(flat)
-    chunk = 7 * 1024 * 1024
-    nfiles = (len(flat) + chunk - 1) // chunk
-    for i in range(nfiles):
-        flat[i * chunk:(i + 1) * chunk].tofile(os.path.join(args.out, f"eagle_w{i}.f16"))
-    json.dump({"cfg": tcfg, "taps": list(taps), "index": index, "total": int(off), "chunk": chunk, "files": nfiles},
-              open(os.path.join(args.out, "eagle_index.json"), "w"))
+    st = save_f16(eagle.gguf_state(), args.out, "eagle", {"cfg": tcfg, "taps": list(taps)})
     # reference: fp32 teacher features + eagle (fp16-rounded weights) on one held-out sample
     with torch.no_grad():
         ref = Eagle(tcfg, taps).to(dev)
