@@ -330,6 +330,14 @@ def set_lr(opt, args, step, est_steps):
     return lr
 
 
+def batches(data, wdata, nchunk, batch, dev):
+    """Endless random batches of token windows and their loss weights, each window once per pass."""
+    while True:
+        perm = torch.randperm(nchunk, device=dev)
+        for pi in range(0, max(nchunk - batch, 0) + 1, batch):
+            yield data[perm[pi:pi + batch]], wdata[perm[pi:pi + batch]]
+
+
 def start_run(args):
     """Seeds, the output folder, the prepared inputs, and a results dict with its saver."""
     os.makedirs(args.out, exist_ok=True)
@@ -479,8 +487,7 @@ def main():
     train_until = args.end_by - (25 if args.smoke else 70)
     est_steps = args.est_steps
     step, t_train0, losses = 0, time.time(), []
-    perm = torch.randperm(nchunk, device=dev)
-    pi = 0
+    stream = batches(data, wdata, nchunk, args.batch, dev)
     while True:
         el = time.time() - T0
         if el > train_until or (args.smoke and step >= 6):
@@ -492,11 +499,7 @@ def main():
         if step == 10:
             t_s30 = time.time()
         lr = set_lr(opt, args, step, est_steps)
-        if pi + args.batch > nchunk:
-            perm = torch.randperm(nchunk, device=dev); pi = 0
-        x = data[perm[pi:pi + args.batch]]
-        wx = wdata[perm[pi:pi + args.batch]]
-        pi += args.batch
+        x, wx = next(stream)
         sel = wx > 0
         wsel = wx[sel]
         with torch.autocast("cuda", dtype=torch.bfloat16):

@@ -28,8 +28,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from distill import (T0, Block, RMSNorm, generate, load_f16, load_teacher, log, run_args, save_f16, set_lr,
-                     start_run, teacher_data)
+from distill import (T0, Block, RMSNorm, generate, load_f16, load_teacher, log, run_args, save_f16,
+                     set_lr, start_run, teacher_data, batches)
 
 
 def teacher_feats(teacher, ids, taps=()):
@@ -204,8 +204,8 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": nodecay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
     train_until = args.end_by - (25 if args.smoke else 60)
-    est_steps, step, t0, losses, pi = 3000, 0, time.time(), [], 0
-    perm = torch.randperm(nchunk, device=dev)
+    est_steps, step, t0, losses = 3000, 0, time.time(), []
+    stream = batches(data, wdata, nchunk, args.batch, dev)
     while True:
         el = time.time() - T0
         if el > train_until or (args.smoke and step >= 6):
@@ -217,11 +217,7 @@ def main():
             est_steps = max(step + 1, int(step + (train_until - el) / per))
             log(f"{per * 1000:.0f} ms/step -> horizon {est_steps} steps")
         lr = set_lr(opt, args, step, est_steps)
-        if pi + args.batch > nchunk:
-            perm = torch.randperm(nchunk, device=dev); pi = 0
-        x = data[perm[pi:pi + args.batch]]
-        wx = wdata[perm[pi:pi + args.batch]]
-        pi += args.batch
+        x, wx = next(stream)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             with torch.no_grad():
                 f, zt, ex = teacher_feats(teacher, x, taps)
