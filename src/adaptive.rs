@@ -58,6 +58,19 @@ const RECENT: usize = 5;
 /// once per `RETIME_EVERY` rounds, under 1%.
 const RETIME_EVERY: usize = 24;
 const RETIME_GAIN: f64 = 1.25;
+/// A copy from the context ([`crate::lookup`]) is declined while its estimated rate loses; after
+/// this many declined copies in a row one token is copied anyway, so that its acceptance estimate
+/// follows the text (repetition often starts late in a run).
+const LOOKUP_PROBE_EVERY: usize = 16;
+/// Acceptance assumed for copied tokens before any was verified.
+const LOOKUP_PRIOR: f64 = 0.6;
+/// Match lengths the copy's acceptance is tracked for apart.
+const N_MATCH_LENS: usize = crate::lookup::MAX_NGRAM - crate::lookup::MIN_NGRAM + 1;
+
+fn match_index(n: usize) -> usize {
+    n.clamp(crate::lookup::MIN_NGRAM, crate::lookup::MAX_NGRAM) - crate::lookup::MIN_NGRAM
+}
+
 /// Tokens a draft catches up on at the start of a round that follows another drafting round: the
 /// last round's correction and, after a fully accepted one, its bonus token.
 const ROUTINE_CATCH_UP: usize = 2;
@@ -121,6 +134,11 @@ pub struct AdaptivePolicy {
     probe_every: usize,
     /// Rounds observed so far (the first one's timings are not used).
     n_observed: usize,
+    /// Running per-token acceptance of tokens copied from the context, by the length of the
+    /// matched suffix (index n − MIN_NGRAM).
+    alpha_lookup: [f64; N_MATCH_LENS],
+    /// Copies declined since the last one made.
+    lookups_declined: usize,
 }
 
 impl Default for AdaptivePolicy {
@@ -133,6 +151,8 @@ impl Default for AdaptivePolicy {
             rounds_since_step: 0,
             probe_every: PROBE_EVERY,
             n_observed: 0,
+            alpha_lookup: [LOOKUP_PRIOR; N_MATCH_LENS],
+            lookups_declined: 0,
         }
     }
 }
@@ -165,10 +185,64 @@ impl AdaptivePolicy {
 
     /// Expected tokens per second of drafting k (k = 0: target step).
     pub fn expected_rate(&self, k: usize) -> Option<f64> {
-        let cost = k as f64 * self.t_draft.median().unwrap_or(0.0) + self.verify_cost(k + 1)?;
-        let a = self.alpha.clamp(0.0, 0.999);
+        self.rate(self.alpha, k, self.t_draft.median().unwrap_or(0.0))
+    }
+
+    /// Expected tokens per second of a round proposing k tokens accepted each with probability
+    /// `alpha`, at `t_draft` seconds per proposed token.
+    fn rate(&self, alpha: f64, k: usize, t_draft: f64) -> Option<f64> {
+        let cost = k as f64 * t_draft + self.verify_cost(k + 1)?;
+        let a = alpha.clamp(0.0, 0.999);
         let tokens = (1.0 - a.powi(k as i32 + 1)) / (1.0 - a);
         Some(tokens / cost.max(1e-9))
+    }
+
+    /// How many of the `available` tokens a copy from the context offers ([`crate::lookup`]) to
+    /// verify in the next round; 0: draft with the model (or step) instead. A copy costs no draft
+    /// forward, so it is taken at the length with the best expected rate under its own acceptance
+    /// estimate, when that rate beats both what drafting with the model promises and a target step
+    /// by `MIN_GAIN`. Until the verify cost is known, and after `LOOKUP_PROBE_EVERY` declined
+    /// copies, a short copy is made to measure.
+    pub fn lookup_len(&mut self, available: usize, matched: usize) -> usize {
+        let cap = available.min(MAX_DRAFT_LEN);
+        if cap == 0 {
+            return 0;
+        }
+        let Some(step) = self.expected_rate(0) else {
+            return PROBE_LEN.min(cap);
+        };
+        let model_best = (0..=MAX_DRAFT_LEN).filter_map(|k| self.expected_rate(k)).fold(step, f64::max);
+        let (k, rate) = (1..=cap)
+            .filter_map(|k| self.rate(self.alpha_lookup(matched), k, 0.0).map(|r| (k, r)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or((0, 0.0));
+        if k > 0 && rate >= model_best && rate >= MIN_GAIN * step {
+            self.lookups_declined = 0;
+            return k;
+        }
+        self.lookups_declined += 1;
+        if self.lookups_declined >= LOOKUP_PROBE_EVERY {
+            self.lookups_declined = 0;
+            return 1;
+        }
+        0
+    }
+
+    /// Record a round that verified `n_proposed` tokens copied from the context after a match of
+    /// `matched` tokens, `n_accepted` of them accepted, in `verify_s` seconds (the forward and the
+    /// acceptance walk).
+    pub fn observe_lookup(&mut self, matched: usize, n_proposed: usize, n_accepted: usize, verify_s: f64) {
+        if n_proposed == 0 {
+            return;
+        }
+        let warm = self.n_observed > 0;
+        self.n_observed += 1;
+        if let (true, Some(times)) = (warm, self.t_verify.get_mut(n_proposed + 1)) {
+            times.push(verify_s);
+        }
+        self.rounds_since_step += 1;
+        let a = &mut self.alpha_lookup[match_index(matched)];
+        *a = moved(*a, n_proposed, n_accepted);
     }
 
     /// Draft length for the next round, at most `cap`.
@@ -218,20 +292,30 @@ impl AdaptivePolicy {
             if let (true, Some(t)) = (warm, draft_token_s) {
                 self.t_draft.push(t);
             }
-            // Each drafted token's outcome moves α: the accepted ones towards 1, then the rejection
-            // (if any) towards 0.
-            for _ in 0..n_accepted {
-                self.alpha += ALPHA_STEP * (1.0 - self.alpha);
-            }
-            if n_accepted < n_proposed {
-                self.alpha -= ALPHA_STEP * self.alpha;
-            }
+            self.alpha = moved(self.alpha, n_proposed, n_accepted);
         }
     }
 
     pub fn alpha(&self) -> f64 {
         self.alpha
     }
+
+    /// Acceptance estimate of tokens copied from the context after a match of `matched` tokens.
+    pub fn alpha_lookup(&self, matched: usize) -> f64 {
+        self.alpha_lookup[match_index(matched)]
+    }
+}
+
+/// An acceptance estimate after a round: each proposed token's outcome moves it, the accepted
+/// ones towards 1, then the rejection (if any) towards 0.
+fn moved(mut alpha: f64, n_proposed: usize, n_accepted: usize) -> f64 {
+    for _ in 0..n_accepted {
+        alpha += ALPHA_STEP * (1.0 - alpha);
+    }
+    if n_accepted < n_proposed {
+        alpha -= ALPHA_STEP * alpha;
+    }
+    alpha
 }
 
 #[cfg(test)]
@@ -390,5 +474,68 @@ mod tests {
         p.t_draft.push(0.0008);
         p.alpha = 0.83;
         assert!(p.next_len(MAX_DRAFT_LEN) > 2, "tries beyond the sizes it has seen");
+    }
+
+    /// Costs as measured on `code` (2 threads): steps of 11.7 ms, each more verified row ~1.6 ms,
+    /// draft steps of 1.5 ms.
+    fn code_costs(alpha: f64) -> AdaptivePolicy {
+        trained(alpha, 0.0015, |n| 0.0117 + 0.0016 * (n - 1) as f64)
+    }
+
+    #[test]
+    fn copies_from_the_context_when_its_acceptance_pays() {
+        // Copies after 4-token matches accepted ~86% of the time, the draft model ~45%: copy,
+        // at a length that uses the acceptance, but not all 16 offered.
+        let mut p = code_costs(0.45);
+        for _ in 0..30 {
+            p.observe_lookup(4, 4, 4, 0.018);
+        }
+        assert!(p.alpha_lookup(4) > 0.9);
+        let k = p.lookup_len(16, 4);
+        assert!((3..=16).contains(&k), "copy length {k}");
+        assert_eq!(p.lookup_len(2, 4), 2, "no more than offered");
+        assert_eq!(p.lookup_len(0, 4), 0);
+        // After 3-token matches copies have failed: their estimate is apart, and the draft model
+        // (whose drafting costs show) is preferred.
+        for _ in 0..30 {
+            p.observe_lookup(3, 2, 0, 0.0133);
+        }
+        assert!(p.alpha_lookup(3) < 0.1 && p.alpha_lookup(4) > 0.9);
+        assert_eq!(p.lookup_len(16, 3), 0);
+    }
+
+    #[test]
+    fn declined_copies_are_probed_now_and_then() {
+        let mut p = code_costs(0.6);
+        for _ in 0..30 {
+            p.observe_lookup(3, 1, 0, 0.0133);
+        }
+        let choices: Vec<usize> = (0..2 * LOOKUP_PROBE_EVERY).map(|_| p.lookup_len(8, 3)).collect();
+        // One 1-token probe every LOOKUP_PROBE_EVERY declined copies, nothing else.
+        assert_eq!(choices.iter().filter(|&&k| k == 1).count(), 2, "{choices:?}");
+        assert!(choices.iter().all(|&k| k <= 1));
+        // A copy that is accepted again brings copying back.
+        for _ in 0..30 {
+            p.observe_lookup(3, 3, 3, 0.016);
+        }
+        assert!(p.lookup_len(8, 3) >= 2);
+    }
+
+    #[test]
+    fn a_copy_is_made_to_measure_before_costs_are_known() {
+        let mut p = AdaptivePolicy::default();
+        assert_eq!(p.lookup_len(16, 4), PROBE_LEN);
+        assert_eq!(p.lookup_len(1, 4), 1);
+    }
+
+    #[test]
+    fn copy_rounds_do_not_touch_the_draft_models_estimates() {
+        let mut p = code_costs(0.45);
+        let before = (p.alpha(), p.t_draft.median());
+        p.observe_lookup(4, 5, 5, 0.02);
+        assert_eq!((p.alpha(), p.t_draft.median()), before);
+        assert!(p.alpha_lookup(4) > LOOKUP_PRIOR);
+        // Their verify time is a verify time like any other.
+        assert_eq!(p.t_verify[6].len, 2);
     }
 }

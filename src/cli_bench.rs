@@ -27,7 +27,8 @@ pub struct BenchArgs {
     seeds: usize,
     #[arg(long, default_value_t = 0.7)]
     temperature: f32,
-    /// Configurations: target, draft, fixed=K,tv=D, auto,tv=D, fixed=K,kl=D (add ,nobonus).
+    /// Configurations: target, draft, fixed=K,tv=D, auto,tv=D, fixed=K,kl=D (add ,nobonus; auto
+    /// also copies from the context unless ,nolookup).
     /// Repeat the flag or separate with spaces.
     #[arg(long = "config", num_args = 1.., default_values_t = default_configs())]
     configs: Vec<String>,
@@ -52,6 +53,7 @@ pub struct BenchConfig {
     pub rule: MentorRule,
     pub budget: f64,
     pub bonus: bool,
+    pub lookup: bool,
 }
 
 pub fn parse_config(s: &str) -> Result<BenchConfig> {
@@ -62,6 +64,7 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
         rule: MentorRule::Tv,
         budget: 0.0,
         bonus: true,
+        lookup: true,
     };
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) = part.split_once('=').unwrap_or((part, ""));
@@ -75,7 +78,8 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
                 c.budget = value.parse().with_context(|| format!("budget `{value}` in config `{s}` is not a number"))?;
             }
             "nobonus" => c.bonus = false,
-            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tv=D, kl=D, nobonus"),
+            "nolookup" => c.lookup = false,
+            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tv=D, kl=D, nobonus, nolookup"),
         }
     }
     Ok(c)
@@ -93,6 +97,9 @@ struct Measurement {
     n_rounds: usize,
     n_drafted: usize,
     n_accepted: usize,
+    /// Of `n_drafted` / `n_accepted`: tokens copied from the context.
+    n_copied: usize,
+    n_copied_accepted: usize,
     acceptance_rate: f64,
     mean_accepted_len: f64,
     draft_s: f64,
@@ -152,6 +159,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         rule: c.rule,
         budget: c.budget,
         bonus: c.bonus,
+        lookup: c.lookup,
         ..base.clone()
     };
     eprint!("warm-up:");
@@ -183,6 +191,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     n_rounds: st.n_rounds,
                     n_drafted: st.n_drafted,
                     n_accepted: st.n_accepted,
+                    n_copied: st.n_copied,
+                    n_copied_accepted: st.n_copied_accepted,
                     acceptance_rate: st.acceptance_rate,
                     mean_accepted_len: st.mean_accepted_len,
                     draft_s: st.draft_s,
@@ -204,18 +214,21 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .collect();
         median(ratios)
     };
-    println!("| config | acceptance | avg rounds/request | median e2e (s) | tok/s | speedup vs target-only (median of paired ratios) | mean target NLL | draft s | verify s |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| config | acceptance | copied: share of drafted (accepted) | avg rounds/request | median e2e (s) | tok/s | speedup vs target-only (median of paired ratios) | mean target NLL | draft s | verify s |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for c in &configs {
         let ms: Vec<&Measurement> = all.iter().filter(|m| m.config == c.label).collect();
         let e2e = median(ms.iter().map(|m| m.e2e_s).collect());
         let spec = c.mode == Mode::Speculative;
         let drafted: usize = ms.iter().map(|m| m.n_drafted).sum();
         let accepted: usize = ms.iter().map(|m| m.n_accepted).sum();
+        let copied: usize = ms.iter().map(|m| m.n_copied).sum();
+        let copied_accepted: usize = ms.iter().map(|m| m.n_copied_accepted).sum();
         println!(
-            "| {} | {} | {} | {:.2} | {:.1} | {} | {:.3} | {} | {} |",
+            "| {} | {} | {} | {} | {:.2} | {:.1} | {} | {:.3} | {} | {} |",
             c.label,
             if spec && drafted > 0 { format!("{:.1}%", 100.0 * accepted as f64 / drafted as f64) } else { "-".into() },
+            if copied > 0 { format!("{:.0}% ({:.0}%)", 100.0 * copied as f64 / drafted as f64, 100.0 * copied_accepted as f64 / copied as f64) } else { "-".into() },
             if spec { format!("{:.1}", mean(ms.iter().map(|m| m.n_rounds as f64))) } else { "-".into() },
             e2e,
             mean(ms.iter().map(|m| m.n_tokens as f64 / m.e2e_s)),

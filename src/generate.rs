@@ -88,6 +88,9 @@ pub struct GenerateRequest {
     pub draft_len: DraftLen,
     /// Emit a target token after a fully accepted round (`--no-bonus` turns this off).
     pub bonus: bool,
+    /// With an adaptive draft length, also draft by copying from the context where the policy
+    /// expects that to pay ([`crate::lookup`]; `--no-lookup` turns this off).
+    pub lookup: bool,
 }
 
 impl Default for GenerateRequest {
@@ -104,6 +107,7 @@ impl Default for GenerateRequest {
             rule: MentorRule::Tv,
             draft_len: DraftLen::default(),
             bonus: true,
+            lookup: true,
         }
     }
 }
@@ -140,6 +144,8 @@ pub enum TokenSource {
     Target,
     /// Proposed by the draft and accepted.
     DraftAccepted,
+    /// Copied from the context ([`crate::lookup`]) and accepted.
+    CopyAccepted,
     /// Drawn from the residual after the draft's proposal was rejected.
     Resampled,
     /// Sampled from the target after a fully accepted round.
@@ -177,6 +183,9 @@ pub struct RoundInfo {
     pub n_emitted: usize,
     pub draft_s: f64,
     pub verify_s: f64,
+    /// The proposal was copied from the context, not drafted by the model.
+    #[serde(default)]
+    pub copied: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -192,6 +201,11 @@ pub struct Stats {
     pub n_rounds: usize,
     pub n_drafted: usize,
     pub n_accepted: usize,
+    /// Of `n_drafted` and `n_accepted`: the tokens copied from the context.
+    #[serde(default)]
+    pub n_copied: usize,
+    #[serde(default)]
+    pub n_copied_accepted: usize,
     /// accepted / drafted, as the reference reports it.
     pub acceptance_rate: f64,
     /// τ: tokens emitted per round.
@@ -562,21 +576,39 @@ pub fn generate_speculative(
     run.stats.prefill_s = start.elapsed().as_secs_f64();
     (run.on_event)(GenEvent::Prefilled { n_prompt_tokens: run.n_prompt, prefill_s: run.stats.prefill_s });
     let mut policy = AdaptivePolicy::default();
+    let auto = req.draft_len == DraftLen::Auto;
     while !run.done() {
+        let round = run.rounds.len();
+        let base = run.context.len();
+        let t_round = Instant::now();
+        // A copy from the context, where the policy prefers it to drafting (never past
+        // max_tokens, and ending at a stop token).
+        let (mut copy, matched) = match auto && req.lookup {
+            true => crate::lookup::propose_matched(&run.context, MAX_DRAFT_LEN.min(run.remaining())).unwrap_or_default(),
+            false => (Vec::new(), 0),
+        };
+        copy.truncate(if copy.is_empty() { 0 } else { policy.lookup_len(copy.len(), matched) });
+        if let Some(stop) = copy.iter().position(|x| !req.ignore_eos && run.tok.stop_ids.contains(x)) {
+            copy.truncate(stop + 1);
+        }
+        let copied = !copy.is_empty();
         let k_wanted = match req.draft_len {
+            _ if copied => 0,
             DraftLen::Fixed(k) => k,
             DraftLen::Auto => policy.next_len(MAX_DRAFT_LEN),
         };
         // Never draft past max_tokens: the k drafted tokens must all fit.
         let k_cap = k_wanted.min(run.remaining());
-        let round = run.rounds.len();
-        let base = run.context.len();
 
         // Draft: catch up on tokens the draft has not seen, then propose one token at a time.
-        let t_round = Instant::now();
-        let mut drafts: Vec<u32> = Vec::with_capacity(k_cap);
-        let mut q_dists: Vec<Vec<f32>> = Vec::with_capacity(k_cap);
+        let mut drafts: Vec<u32> = Vec::with_capacity(k_cap.max(copy.len()));
+        let mut q_dists: Vec<Vec<f32>> = Vec::with_capacity(k_cap.max(copy.len()));
         let mut scratch = run.context.clone();
+        for &x in &copy {
+            drafts.push(x);
+            q_dists.push(crate::lookup::point_mass(x, n_vocab));
+            scratch.push(x);
+        }
         // The first forward catches up on the tokens the draft has not seen (for the policy).
         let (mut caught_up, mut catch_up_s) = (0, 0.0);
         if k_cap > 0 {
@@ -614,7 +646,7 @@ pub fn generate_speculative(
         let mut rows = tmodel.forward_lazy(&feed)?;
         // The output head first for the rows this round will likely use (see `likely_rows`); the
         // rest only if the walk below gets that far.
-        tmodel.lazy_rows(&mut rows, likely_rows(policy.alpha(), drafts.len()))?;
+        tmodel.lazy_rows(&mut rows, likely_rows(if copied { policy.alpha_lookup(matched) } else { policy.alpha() }, drafts.len()))?;
         let mut verify_s = t_verify.elapsed().as_secs_f64();
         // Accept: walk the drafted tokens in order; the first rejection ends the round.
         let mut n_accepted = 0;
@@ -643,7 +675,11 @@ pub fn generate_speculative(
             run.tally.n_tv += 1;
             let y = verdict.token as usize;
             let info = TokenInfo {
-                source: if verdict.accepted { TokenSource::DraftAccepted } else { TokenSource::Resampled },
+                source: match (verdict.accepted, copied) {
+                    (true, false) => TokenSource::DraftAccepted,
+                    (true, true) => TokenSource::CopyAccepted,
+                    (false, _) => TokenSource::Resampled,
+                },
                 p_target: Some(p[y]),
                 q_draft: Some(q[y]),
                 pi_mixed: Some(mixed.pi_mixed[y]),
@@ -686,12 +722,20 @@ pub fn generate_speculative(
         run.stats.n_rounds += 1;
         run.stats.n_drafted += k;
         run.stats.n_accepted += n_accepted;
+        if copied {
+            run.stats.n_copied += k;
+            run.stats.n_copied_accepted += n_accepted;
+        }
         run.stats.draft_s += draft_s;
         run.stats.verify_s += verify_s;
         // The policy weighs whole rounds: the acceptance walk's sampling and mixing cost per token
         // too, and a round at k = 0 pays them as well.
-        let draft_token_s = crate::adaptive::draft_token_s(k, draft_s, caught_up, catch_up_s);
-        policy.observe(k, n_accepted, draft_token_s, t_round.elapsed().as_secs_f64() - draft_s);
+        if copied {
+            policy.observe_lookup(matched, k, n_accepted, t_round.elapsed().as_secs_f64() - draft_s);
+        } else {
+            let draft_token_s = crate::adaptive::draft_token_s(k, draft_s, caught_up, catch_up_s);
+            policy.observe(k, n_accepted, draft_token_s, t_round.elapsed().as_secs_f64() - draft_s);
+        }
         let info = RoundInfo {
             index: round,
             n_proposed: k,
@@ -699,6 +743,7 @@ pub fn generate_speculative(
             n_emitted: run.context.len() - base,
             draft_s,
             verify_s,
+            copied,
         };
         run.rounds.push(info.clone());
         (run.on_event)(GenEvent::Round(info));

@@ -20,6 +20,7 @@ pub mod error;
 pub mod generate;
 pub mod gguf;
 pub mod kernels;
+pub mod lookup;
 pub mod mentor;
 pub mod model;
 pub mod models;

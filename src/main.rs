@@ -137,6 +137,9 @@ struct GenerateArgs {
     /// Do not emit the target's bonus token after a fully accepted round.
     #[arg(long)]
     no_bonus: bool,
+    /// With --draft-len auto: never draft by copying from the context.
+    #[arg(long)]
+    no_lookup: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -298,6 +301,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
         rule: args.mentor,
         draft_len: args.draft_len,
         bonus: !args.no_bonus,
+        lookup: !args.no_lookup,
     };
     req.validate()?;
     if req.prompt.trim().is_empty() {

@@ -1,6 +1,7 @@
 //! Exact math of sampling and of the mentor rules, tested statistically (many seeded draws
 //! against the exact distribution) and on the edge cases.
 
+use mentor_lab::lookup::point_mass;
 use mentor_lab::mentor::{accept_probability, kl_divergence, mix_kl, mix_tv, residual, tv_distance, verify_token};
 use mentor_lab::sampling::{apply_repeat_penalty, argmax, probabilities, sample_index, uniform, Purpose, SamplingParams};
 
@@ -75,6 +76,40 @@ fn tv_rule_output_follows_pi_and_acceptance_is_one_minus_excess() {
             }
             if budget >= d {
                 assert_eq!(accepted, N_DRAWS, "D ≥ d accepts every draft");
+            }
+        }
+    }
+}
+
+/// A token copied from the context is a draft from the point mass q = δ_x: d = 1 − p(x), x is
+/// accepted with probability π(x) = (1 − θ)p(x) + θ, a rejection draws from p without x, and the
+/// output follows π — p exactly at D = 0.
+#[test]
+fn a_copied_token_is_a_point_mass_draft_and_the_output_follows_pi() {
+    let n = 6;
+    for case in 0..3u64 {
+        let p = random_dist(n, 300 + case);
+        // The target's most likely token, a middling one, and its least likely.
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
+        let x = order[[0, n / 2, n - 1][case as usize]];
+        let q = point_mass(x as u32, n);
+        let d = tv_distance(&p, &q);
+        assert!((d - (1.0 - p[x] as f64)).abs() < 1e-6, "d = 1 − p(x)");
+        for budget in [0.0, 0.3, 1.0] {
+            let m = mix_tv(&p, &q, budget);
+            let (counts, accepted) = simulate(&m.pi_mixed, &q, 40 + case);
+            let stat = chi2(&counts, &m.pi_mixed, N_DRAWS);
+            assert!(stat < chi2_crit(n - 1), "case {case} D={budget}: chi2 {stat:.1} vs π");
+            let theta = (budget / d).min(1.0);
+            let expected = (1.0 - theta) * p[x] as f64 + theta;
+            let rate = accepted as f64 / N_DRAWS as f64;
+            let sigma = (expected * (1.0 - expected) / N_DRAWS as f64).sqrt().max(1e-9);
+            assert!((rate - expected).abs() < 5.0 * sigma + 1e-6, "case {case} D={budget}: rate {rate} vs {expected}");
+            if budget == 0.0 {
+                assert_eq!(m.pi_mixed, p);
+                // Every rejection is replaced by another token: x is emitted only when accepted.
+                assert_eq!(counts[x], accepted);
             }
         }
     }

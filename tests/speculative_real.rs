@@ -7,7 +7,7 @@ mod synthetic;
 
 use common::{draft_path, load_target, target_path};
 use mentor_lab::generate::LoadedModel;
-use mentor_lab::sampling::{argmax, nll_at_t1, probabilities, sample_index, uniform, Purpose};
+use mentor_lab::sampling::{nll_at_t1, probabilities, sample_index, uniform, Purpose};
 use mentor_lab::{load_model, DraftLen, Engine, EngineError, GenEvent, GenerateRequest, Mode, SamplingParams, TokenSource, WeightFormat};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -56,8 +56,9 @@ fn greedy_speculative_equals_greedy_target() {
             assert_eq!(s.n_tokens, 48);
             assert!(s.n_accepted <= s.n_drafted);
             assert_eq!(got.rounds.iter().map(|r| r.n_emitted).sum::<usize>(), 48);
-            let accepted = got.tokens.iter().filter(|t| t.source == TokenSource::DraftAccepted).count();
-            assert_eq!(accepted, s.n_accepted);
+            let count = |source| got.tokens.iter().filter(|t| t.source == source).count();
+            assert_eq!(count(TokenSource::DraftAccepted) + count(TokenSource::CopyAccepted), s.n_accepted);
+            assert_eq!(count(TokenSource::CopyAccepted), s.n_copied_accepted);
         }
     }
 }
@@ -188,7 +189,7 @@ fn stats_and_provenance_are_consistent() {
     assert!(s.draft_s > 0.0 && s.verify_s > 0.0);
     for t in &g.tokens {
         match t.source {
-            TokenSource::DraftAccepted | TokenSource::Resampled => {
+            TokenSource::DraftAccepted | TokenSource::CopyAccepted | TokenSource::Resampled => {
                 let (tv, theta) = (t.tv.unwrap(), t.theta.unwrap());
                 assert!((theta - if tv > 0.0 { (budget / tv).min(1.0) } else { 1.0 }).abs() < 1e-6);
                 let (p, q, pi) = (t.p_target.unwrap(), t.q_draft.unwrap(), t.pi_mixed.unwrap());
@@ -218,10 +219,38 @@ fn vocabulary_mismatch_is_a_clear_error() {
 #[test]
 fn adaptive_greedy_is_lossless_and_uses_the_draft() {
     let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_draft(WeightFormat::Auto))).unwrap();
+    let want = run(&mut engine, &request(Mode::Target, 0.0, 0.0, DraftLen::Auto, 64));
     let g = run(&mut engine, &request(Mode::Speculative, 0.0, 0.0, DraftLen::Auto, 64));
+    assert_eq!(ids(&g), ids(&want));
     assert_eq!(g.stats.n_tokens, 64);
-    assert!(g.stats.n_drafted > 0, "adaptive should try drafting");
-    assert_eq!(argmax(&[0.0, 1.0]), 1);
+    assert!(g.stats.n_drafted > g.stats.n_copied, "adaptive should try drafting with the model");
+}
+
+/// Text that repeats its context: the adaptive policy copies from it (tokens marked as copies,
+/// each drafted with q(x) = 1), the output stays the target's greedy output, and without copying
+/// it is the same text with no copies.
+#[test]
+fn adaptive_copies_from_the_context_and_stays_lossless() {
+    let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_draft(WeightFormat::Auto))).unwrap();
+    let req = GenerateRequest {
+        prompt: "Copy this line exactly ten times, one per line:\nthe quick brown fox jumps over the lazy dog".into(),
+        ..request(Mode::Speculative, 0.0, 0.0, DraftLen::Auto, 96)
+    };
+    let want = run(&mut engine, &GenerateRequest { mode: Mode::Target, ..req.clone() });
+    let got = run(&mut engine, &req);
+    assert_eq!(ids(&got), ids(&want));
+    let s = &got.stats;
+    let copies: Vec<_> = got.tokens.iter().filter(|t| t.source == TokenSource::CopyAccepted).collect();
+    assert!(!copies.is_empty(), "{:?}", got.text);
+    assert_eq!(copies.len(), s.n_copied_accepted);
+    assert!(copies.iter().all(|t| t.q_draft == Some(1.0) && t.accept_prob == t.p_target.map(f64::from)));
+    assert!(s.n_copied_accepted <= s.n_copied && s.n_copied <= s.n_drafted);
+    let copied_rounds = got.rounds.iter().filter(|r| r.copied);
+    assert_eq!(copied_rounds.map(|r| r.n_proposed).sum::<usize>(), s.n_copied);
+    let plain = run(&mut engine, &GenerateRequest { lookup: false, ..req.clone() });
+    assert_eq!(ids(&plain), ids(&want));
+    assert_eq!(plain.stats.n_copied, 0);
+    assert!(plain.rounds.iter().all(|r| !r.copied));
 }
 
 /// `eval-draft` on the real pair: per-category rows and sane ranges. (The quality figures

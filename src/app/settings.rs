@@ -23,6 +23,8 @@ pub struct Settings {
     pub adaptive: bool,
     pub rule: MentorRule,
     pub bonus: bool,
+    /// With the adaptive draft length: also copy from the context ([`crate::lookup`]).
+    pub lookup: bool,
     pub models: ModelChoice,
     pub mark_divergence: bool,
     /// Sweep grid, as typed: comma-separated budgets and draft lengths (`auto` allowed).
@@ -46,6 +48,7 @@ impl Default for Settings {
             adaptive: false,
             rule: MentorRule::Tv,
             bonus: true,
+            lookup: true,
             models: ModelChoice::default(),
             mark_divergence: true,
             sweep_budgets: "0, 0.25, 0.5, 0.75, 1".into(),
@@ -90,6 +93,7 @@ impl Settings {
             rule: self.rule,
             draft_len: self.draft_len(),
             bonus: self.bonus,
+            lookup: self.lookup,
             ..self.target_request()
         }
     }
@@ -100,7 +104,8 @@ impl Settings {
             MentorRule::Tv => "TV",
             MentorRule::Kl => "KL",
         };
-        format!("{rule}={:.2}, k={}{}", self.budget, self.draft_len(), if self.bonus { "" } else { ", no bonus" })
+        let copy = if self.adaptive && !self.lookup { ", no copying" } else { "" };
+        format!("{rule}={:.2}, k={}{}{copy}", self.budget, self.draft_len(), if self.bonus { "" } else { ", no bonus" })
     }
 
     /// Parse the sweep grid; an error names the entry that is wrong.

@@ -46,6 +46,9 @@ pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     ui.add_enabled_ui(!s.adaptive, |ui| labelled(ui, "Draft length", &mut s.draft_len, 1..=16, 1.0));
     ui.checkbox(&mut s.adaptive, "adaptive draft length")
         .on_hover_text("Chooses k each round from measured acceptance and draft/verify costs; may fall back to target-only steps");
+    ui.add_enabled_ui(s.adaptive, |ui| ui.checkbox(&mut s.lookup, "adaptive: also copy from the context"))
+        .response
+        .on_hover_text("Where the last tokens occurred before, propose what followed them (no draft forward); the policy uses it only where its measured acceptance pays. Copied tokens are highlighted apart.");
     ui.checkbox(&mut s.bonus, "bonus token after a fully accepted round");
 
     ui.separator();

@@ -11,6 +11,7 @@ use egui_plot::{Bar, BarChart, Legend, Line, Plot, PlotPoints};
 pub fn source_color(source: TokenSource, dark: bool) -> Option<Color32> {
     let (r, g, b) = match source {
         TokenSource::DraftAccepted => (46, 160, 67),
+        TokenSource::CopyAccepted => (150, 90, 210),
         TokenSource::Resampled => (219, 109, 40),
         TokenSource::Bonus => (56, 132, 244),
         TokenSource::Target | TokenSource::Draft => return None,
@@ -22,6 +23,7 @@ pub fn source_color(source: TokenSource, dark: bool) -> Option<Color32> {
 pub fn source_name(source: TokenSource) -> &'static str {
     match source {
         TokenSource::DraftAccepted => "draft token, accepted",
+        TokenSource::CopyAccepted => "copied from the context, accepted",
         TokenSource::Resampled => "resampled after a rejection",
         TokenSource::Bonus => "bonus token from the target",
         TokenSource::Target => "target token",
@@ -50,7 +52,7 @@ pub fn token_hover_text(t: &TokenInfo) -> String {
 fn legend_ui(ui: &mut egui::Ui) {
     let dark = ui.visuals().dark_mode;
     ui.horizontal_wrapped(|ui| {
-        for s in [TokenSource::DraftAccepted, TokenSource::Resampled, TokenSource::Bonus] {
+        for s in [TokenSource::DraftAccepted, TokenSource::CopyAccepted, TokenSource::Resampled, TokenSource::Bonus] {
             let color = source_color(s, dark).unwrap_or(Color32::TRANSPARENT);
             ui.label(RichText::new(format!(" {} ", source_name(s))).background_color(color));
         }
@@ -134,11 +136,13 @@ fn stats_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
         _ => None,
     };
     // (row label, target-only value, mentored value, decimals, unit)
-    let rows: [(&str, Option<f64>, Option<f64>, usize, &str); 8] = [
+    let copied = m.filter(|s| s.n_drafted > 0).map(|s| 100.0 * s.n_copied as f64 / s.n_drafted as f64);
+    let rows: [(&str, Option<f64>, Option<f64>, usize, &str); 9] = [
         ("end-to-end", t.map(|s| s.e2e_s), m.map(|s| s.e2e_s), 2, " s"),
         ("tokens / s", tok_s(t), tok_s(m), 1, ""),
         ("speedup vs target-only", t.map(|_| 1.0), speedup, 2, "×"),
         ("acceptance rate", None, m.map(|s| 100.0 * s.acceptance_rate), 1, " %"),
+        ("drafted tokens copied from the context", None, copied, 1, " %"),
         ("τ (tokens per round)", None, m.map(|s| s.mean_accepted_len), 2, ""),
         ("rounds", None, m.map(|s| s.n_rounds as f64), 0, ""),
         ("mean target NLL (quality)", t.map(|s| s.mean_target_nll), m.map(|s| s.mean_target_nll), 3, ""),
