@@ -64,11 +64,10 @@ const RETIME_GAIN: f64 = 1.25;
 const LOOKUP_PROBE_EVERY: usize = 16;
 /// Acceptance assumed for copied tokens before any was verified.
 const LOOKUP_PRIOR: f64 = 0.6;
-/// Match lengths the copy's acceptance is tracked for apart.
-const N_MATCH_LENS: usize = crate::lookup::MAX_NGRAM - crate::lookup::MIN_NGRAM + 1;
+const N_MATCH_LENS: usize = crate::lookup::N_MATCH_CLASSES;
 
 fn match_index(n: usize) -> usize {
-    n.clamp(crate::lookup::MIN_NGRAM, crate::lookup::MAX_NGRAM) - crate::lookup::MIN_NGRAM
+    crate::lookup::match_class(n)
 }
 
 /// Tokens a draft catches up on at the start of a round that follows another drafting round: the
@@ -134,8 +133,8 @@ pub struct AdaptivePolicy {
     probe_every: usize,
     /// Rounds observed so far (the first one's timings are not used).
     n_observed: usize,
-    /// Running per-token acceptance of tokens copied from the context, by the length of the
-    /// matched suffix (index n − MIN_NGRAM).
+    /// Running per-token acceptance of tokens copied from the context, by the class of the match's
+    /// length ([`crate::lookup::match_class`]).
     alpha_lookup: [f64; N_MATCH_LENS],
     /// Copies declined since the last one made.
     lookups_declined: usize,

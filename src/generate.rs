@@ -648,7 +648,10 @@ pub fn generate_speculative(
         // rest only if the walk below gets that far.
         tmodel.lazy_rows(&mut rows, likely_rows(if copied { policy.alpha_lookup(matched) } else { policy.alpha() }, drafts.len()))?;
         let mut verify_s = t_verify.elapsed().as_secs_f64();
-        // Accept: walk the drafted tokens in order; the first rejection ends the round.
+        // Accept: walk the drafted tokens in order; the first rejection ends the round. The budget
+        // is the draft model's to spend: copies are verified losslessly (π = p), so that a large
+        // budget follows the draft, not the context's repetitions.
+        let budget = if copied { 0.0 } else { req.budget };
         let mut n_accepted = 0;
         let mut rejected = false;
         for (i, (&x, q)) in drafts.iter().zip(&q_dists).enumerate() {
@@ -656,7 +659,7 @@ pub fn generate_speculative(
             let logits = verify_row(tmodel, &mut rows, i, &mut verify_s)?;
             let ((p, mixed), log_z) = beside_log_z(logits, n_vocab, true, || {
                 let p = probabilities(logits, &scratch[..base + i], &req.sampling, n_vocab);
-                let mixed = mix(req.rule, &p, q, req.budget);
+                let mixed = mix(req.rule, &p, q, budget);
                 (p, mixed)
             })?;
             let verdict = verify_token(

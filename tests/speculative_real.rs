@@ -251,6 +251,27 @@ fn adaptive_copies_from_the_context_and_stays_lossless() {
     assert_eq!(ids(&plain), ids(&want));
     assert_eq!(plain.stats.n_copied, 0);
     assert!(plain.rounds.iter().all(|r| !r.copied));
+
+    // The budget is the draft model's: at D = 0.5 (greedy, so p and q are one-hot) a model
+    // proposal the target disagrees with has π(x) = θ = 0.5, while copies are verified against p
+    // (π = p: accepted exactly when the target agrees).
+    let loose = GenerateRequest { budget: 0.5, max_tokens: 128, ..req.clone() };
+    let got = run(&mut engine, &loose);
+    let copied_round = |t: &mentor_lab::TokenInfo| t.round.is_some_and(|r| got.rounds[r].copied);
+    let (mut n_copy, mut n_model_disagreed) = (0, 0);
+    for t in got.tokens.iter().filter(|t| t.q_draft.is_some()) {
+        if copied_round(t) {
+            n_copy += 1;
+            assert_eq!(t.pi_mixed, t.p_target, "a copy is verified against p: {t:?}");
+            // What a copied round emits is the target's own greedy token, accepted or resampled.
+            assert_eq!(t.p_target, Some(1.0), "{t:?}");
+        } else if t.tv == Some(1.0) {
+            n_model_disagreed += 1;
+            assert_eq!(t.accept_prob, Some(0.5), "{t:?}");
+        }
+    }
+    assert!(n_copy > 0, "no copies at D = 0.5: {:?}", got.text);
+    assert!(n_model_disagreed > 0, "the draft model never disagreed: {:?}", got.text);
 }
 
 /// `eval-draft` on the real pair: per-category rows and sane ranges. (The quality figures
