@@ -364,7 +364,8 @@ unsafe fn halves_added(v: std::arch::x86_64::__m512i) -> std::arch::x86_64::__m2
 /// A kernel type's `group_avx2::<N>`, `group_vnni::<N>` and `group_vnni512::<N>`: its
 /// `group_body::<N, VNNI, WIDE>` (output `o` for activation rows `r0 .. r0 + N`, inlined) compiled
 /// with AVX2 + FMA, with AVX-512 VNNI on 256-bit vectors added, and with 512-bit vectors for whole
-/// chunks of 8 blocks. All give the same results (`vnni_kernels_equal_the_avx2_ones`).
+/// chunks of 8 blocks; and `group_vnni512_pair::<N>`, the last for two outputs. All give the same
+/// results (`vnni_kernels_equal_the_avx2_ones`).
 #[cfg(target_arch = "x86_64")]
 macro_rules! group_entry_points {
     () => {
@@ -385,7 +386,30 @@ macro_rules! group_entry_points {
         unsafe fn group_vnni512<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
             self.group_body::<N, true, true>(o, r0, xq, out)
         }
+
+        /// Outputs `o` and `o + 1` with 512-bit vectors (the type's `group_body_multi`).
+        #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
+        #[inline]
+        unsafe fn group_vnni512_pair<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+            self.group_body_multi::<N, 2, true, true>(o, r0, xq, out)
+        }
     };
+}
+
+/// The 512-bit VNNI loop of a kernel type: outputs two at a time (`group_vnni512_pair`), the last
+/// one alone where their number is odd.
+#[cfg(target_arch = "x86_64")]
+macro_rules! pairs_vnni512 {
+    ($self:ident, $outs:ident, $xq:ident, $local:ident) => {{
+        let end = $outs.end;
+        for_output_groups($outs, $xq.n_rows, MAX_GROUP, 2, $local, |o, r0, n, out| {
+            if end - o >= 2 {
+                dispatch_group!($self, group_vnni512_pair, o, r0, n, $xq, out)
+            } else {
+                dispatch_group!($self, group_vnni512, o, r0, n, $xq, out)
+            }
+        })
+    }};
 }
 
 /// Dispatch a runtime group size to the const-generic `group_avx2::<N>` of a kernel type.
@@ -844,22 +868,7 @@ impl Q8Matrix {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
     unsafe fn rows_vnni512(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        let end = outs.end;
-        for_output_groups(outs, xq.n_rows, MAX_GROUP, 2, local, |o, r0, n, out| {
-            if end - o >= 2 {
-                dispatch_group!(self, group_vnni512_pair, o, r0, n, xq, out)
-            } else {
-                dispatch_group!(self, group_vnni512, o, r0, n, xq, out)
-            }
-        })
-    }
-
-    /// Two outputs at a time with 512-bit vectors ([`Q8Matrix::group_body_multi`]).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
-    #[inline]
-    unsafe fn group_vnni512_pair<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
-        self.group_body_multi::<N, 2, true, true>(o, r0, xq, out)
+        pairs_vnni512!(self, outs, xq, local)
     }
 }
 
@@ -1227,22 +1236,7 @@ impl Q4Matrix {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
     unsafe fn rows_vnni512(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        let end = outs.end;
-        for_output_groups(outs, xq.n_rows, MAX_GROUP, 2, local, |o, r0, n, out| {
-            if end - o >= 2 {
-                dispatch_group!(self, group_vnni512_pair, o, r0, n, xq, out)
-            } else {
-                dispatch_group!(self, group_vnni512, o, r0, n, xq, out)
-            }
-        })
-    }
-
-    /// Two outputs at a time with 512-bit vectors ([`Q4Matrix::group_body_multi`]).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
-    #[inline]
-    unsafe fn group_vnni512_pair<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
-        self.group_body_multi::<N, 2, true, true>(o, r0, xq, out)
+        pairs_vnni512!(self, outs, xq, local)
     }
 }
 
