@@ -69,10 +69,6 @@ const LOOKUP_PROBE_EVERY: usize = 16;
 const LOOKUP_PRIOR: [f64; N_MATCH_LENS] = [0.4, 0.6, 0.75, 0.9];
 const N_MATCH_LENS: usize = crate::lookup::N_MATCH_CLASSES;
 
-fn match_index(n: usize) -> usize {
-    crate::lookup::match_class(n)
-}
-
 /// Tokens a draft catches up on at the start of a round that follows another drafting round: the
 /// last round's correction and, after a fully accepted one, its bonus token.
 const ROUTINE_CATCH_UP: usize = 2;
@@ -243,7 +239,7 @@ impl AdaptivePolicy {
             times.push(verify_s);
         }
         self.rounds_since_step += 1;
-        let a = &mut self.alpha_lookup[match_index(matched)];
+        let a = &mut self.alpha_lookup[crate::lookup::match_class(matched)];
         *a = moved(*a, n_proposed, n_accepted);
     }
 
@@ -304,7 +300,7 @@ impl AdaptivePolicy {
 
     /// Acceptance estimate of tokens copied from the context after a match of `matched` tokens.
     pub fn alpha_lookup(&self, matched: usize) -> f64 {
-        self.alpha_lookup[match_index(matched)]
+        self.alpha_lookup[crate::lookup::match_class(matched)]
     }
 }
 
@@ -536,7 +532,7 @@ mod tests {
         let before = (p.alpha(), p.t_draft.median());
         p.observe_lookup(4, 5, 5, 0.02);
         assert_eq!((p.alpha(), p.t_draft.median()), before);
-        assert!(p.alpha_lookup(4) > LOOKUP_PRIOR[match_index(4)]);
+        assert!(p.alpha_lookup(4) > LOOKUP_PRIOR[crate::lookup::match_class(4)]);
         // Their verify time is a verify time like any other.
         assert_eq!(p.t_verify[6].len, 2);
     }

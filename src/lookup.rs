@@ -88,7 +88,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn copies_what_followed_the_latest_match_of_the_longest_suffix() {
+    fn copies_what_followed_the_occurrence_matching_furthest_back() {
         // "a b c d x … a b c" → the last 3 tokens occurred at 0 and were followed by "d x".
         let ctx = [1, 2, 3, 4, 9, 7, 1, 2, 3];
         assert_eq!(propose(&ctx, 2), vec![4, 9]);
