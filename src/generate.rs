@@ -2,7 +2,7 @@
 //! accept), streamed as events, cancellable between steps, with the statistics the reference
 //! experiment reports.
 
-use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN, MIN_DRAFT_CONFIDENCE};
+use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN};
 use crate::error::{EngineError, Result};
 use crate::mentor::{mix, verify_token, MentorRule};
 use crate::model::{LazyLogits, Transformer};
@@ -595,7 +595,11 @@ pub fn generate_speculative(
         let k_wanted = match req.draft_len {
             _ if copied => 0,
             DraftLen::Fixed(k) => k,
-            DraftLen::Auto => policy.next_len(MAX_DRAFT_LEN),
+            // The policy decides whether to draft; how far, token by token below.
+            DraftLen::Auto => match policy.next_len(MAX_DRAFT_LEN) {
+                0 => 0,
+                _ => MAX_DRAFT_LEN,
+            },
         };
         // Never draft past max_tokens: the k drafted tokens must all fit.
         let k_cap = k_wanted.min(run.remaining());
@@ -616,19 +620,23 @@ pub fn generate_speculative(
             let t_catch_up = Instant::now();
             let mut logits = dmodel.forward_last(&unseen)?;
             (caught_up, catch_up_s) = (unseen.len(), t_catch_up.elapsed().as_secs_f64());
+            // Estimated probability that every token drafted so far is accepted (auto).
+            let mut p_prefix = 1.0;
             for i in 0..k_cap {
                 let q = probabilities(&logits, &scratch, &req.sampling, n_vocab);
-                let confident = crate::sampling::max_f32(&q) >= MIN_DRAFT_CONFIDENCE;
-                if i > 0 && req.draft_len == DraftLen::Auto && !confident {
-                    break;
-                }
                 let pos = (base - run.n_prompt + i) as u64;
                 let x = sample_index(&q, uniform(req.seed, pos, Purpose::DraftSample)) as u32;
+                p_prefix *= policy.accept_estimate(q[x as usize]);
                 drafts.push(x);
                 q_dists.push(q);
                 scratch.push(x);
                 let is_stop = !req.ignore_eos && run.tok.stop_ids.contains(&x);
                 if i + 1 == k_cap || is_stop || run.cancel.load(Ordering::Relaxed) {
+                    break;
+                }
+                // From the tokens drafted so far only: the next position's outcome stays the
+                // target's whether it is drafted or not (see `crate::adaptive`).
+                if auto && !policy.draft_more(i + 1, p_prefix) {
                     break;
                 }
                 logits = dmodel.forward_rows(&[x])?.remove(0);
@@ -693,6 +701,9 @@ pub fn generate_speculative(
                 ..plain_token(verdict.token, TokenSource::Target)
             };
             run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, verdict.token)))?;
+            if auto && !copied {
+                policy.observe_drafted(q[x as usize], verdict.accept_prob);
+            }
             if verdict.accepted {
                 n_accepted += 1;
                 run.tally.accepted_at[i] += 1;

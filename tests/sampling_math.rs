@@ -115,6 +115,44 @@ fn a_copied_token_is_a_point_mass_draft_and_the_output_follows_pi() {
     }
 }
 
+/// Two positions at D = 0 as `auto` runs them: position 1 is drafted; position 2 is drafted too
+/// (and verified against p2) only when `extend(x1, x2)` says so, else it is sampled from p2 (the
+/// next round's token). Returns the counts of the emitted pairs (y1, y2), index 3·y1 + y2.
+fn two_positions(p1: &[f32], q1: &[f32], p2: &[f32], q2: &[f32], extend: impl Fn(usize, usize) -> bool) -> Vec<u64> {
+    let mut counts = vec![0u64; 9];
+    for i in 0..N_DRAWS {
+        let (a, b) = (2 * i, 2 * i + 1);
+        let x1 = sample_index(q1, uniform(61, a, Purpose::DraftSample));
+        let x2 = sample_index(q2, uniform(61, b, Purpose::DraftSample));
+        let v1 = verify_token(p1, q1, x1 as u32, uniform(61, a, Purpose::AcceptTest), uniform(61, a, Purpose::Residual));
+        let y2 = if v1.accepted && extend(x1, x2) {
+            verify_token(p2, q2, x2 as u32, uniform(61, b, Purpose::AcceptTest), uniform(61, b, Purpose::Residual)).token as usize
+        } else {
+            sample_index(p2, uniform(61, b, Purpose::TargetSample))
+        };
+        counts[3 * v1.token as usize + y2] += 1;
+    }
+    counts
+}
+
+/// `auto` decides how far to draft from the tokens drafted so far (their draft probabilities):
+/// the text keeps the target's distribution. Deciding from the next token's own draft probability
+/// instead would not — the control shows the test sees that.
+#[test]
+fn a_draft_length_decided_from_the_drafted_prefix_keeps_the_output_on_p() {
+    let (p1, q1) = ([0.5f32, 0.2, 0.3], [0.6f32, 0.3, 0.1]);
+    let (p2, q2) = ([0.2f32, 0.5, 0.3], [0.7f32, 0.2, 0.1]);
+    let joint: Vec<f32> = (0..9).map(|c| p1[c / 3] * p2[c % 3]).collect();
+    // The rule's way: a confident first token lets the round go on.
+    let counts = two_positions(&p1, &q1, &p2, &q2, |x1, _| q1[x1] >= 0.4);
+    let stat = chi2(&counts, &joint, N_DRAWS);
+    assert!(stat < chi2_crit(8), "prefix rule: chi2 {stat:.1} vs p1 × p2");
+    // Control: verifying the second token only when its own draft probability is high biases it.
+    let peeking = two_positions(&p1, &q1, &p2, &q2, |_, x2| q2[x2] >= 0.5);
+    let stat = chi2(&peeking, &joint, N_DRAWS);
+    assert!(stat > 100.0, "peeking rule: chi2 {stat:.1} should be far from p1 × p2");
+}
+
 #[test]
 fn tv_rule_edge_cases() {
     let p = vec![0.5, 0.3, 0.2];
