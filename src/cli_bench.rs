@@ -108,13 +108,20 @@ struct Measurement {
     mean_tv: f64,
 }
 
-pub fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(v: Vec<f64>) -> f64 {
+    quantile(v, 0.5)
+}
+
+/// The `q`-quantile of `v`, interpolated linearly between the sorted values (0.5: the median,
+/// the mean of the middle two for an even count); NaN if `v` is empty.
+pub fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
     v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) }
+    let at = q.clamp(0.0, 1.0) * (v.len() - 1) as f64;
+    let (lo, hi) = (at.floor() as usize, at.ceil() as usize);
+    v[lo] + (v[hi] - v[lo]) * (at - lo as f64)
 }
 
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
@@ -205,16 +212,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
         eprintln!();
     }
     // Speedup: the median over (repeat, seed) of target-only's time over the configuration's, each
-    // pair run within seconds of each other.
-    let speedup = |label: &str| {
+    // pair run within seconds of each other; the quartiles of those ratios show how far this VM's
+    // noise moves one pair.
+    let speedup = |label: &str| -> Option<(f64, f64, f64)> {
         let ratios: Vec<f64> = all
             .iter()
             .filter(|m| m.config == label)
             .filter_map(|m| all.iter().find(|t| t.config == "target" && t.repeat == m.repeat && t.seed == m.seed).map(|t| t.e2e_s / m.e2e_s))
             .collect();
-        median(ratios)
+        let q = |p| quantile(ratios.clone(), p);
+        Some((q(0.5), q(0.25), q(0.75))).filter(|s| s.0.is_finite())
     };
-    println!("| config | acceptance | copied: share of drafted (accepted) | avg rounds/request | median e2e (s) | tok/s | speedup vs target-only (median of paired ratios) | mean target NLL | draft s | verify s |");
+    println!("| config | acceptance | copied: share of drafted (accepted) | avg rounds/request | median e2e (s) | tok/s | speedup vs target-only (median of paired ratios; quartiles) | mean target NLL | draft s | verify s |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for c in &configs {
         let ms: Vec<&Measurement> = all.iter().filter(|m| m.config == c.label).collect();
@@ -232,7 +241,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
             if spec { format!("{:.1}", mean(ms.iter().map(|m| m.n_rounds as f64))) } else { "-".into() },
             e2e,
             mean(ms.iter().map(|m| m.n_tokens as f64 / m.e2e_s)),
-            { let x = speedup(&c.label); if x.is_finite() { format!("{x:.2}x") } else { "-".into() } },
+            match speedup(&c.label) {
+                Some((x, lo, hi)) if c.label != "target" => format!("{x:.2}x ({lo:.2}–{hi:.2})"),
+                Some((x, _, _)) => format!("{x:.2}x"),
+                None => "-".into(),
+            },
             mean(ms.iter().map(|m| m.mean_target_nll)),
             if spec { format!("{:.2}", median(ms.iter().map(|m| m.draft_s).collect())) } else { "-".into() },
             if spec { format!("{:.2}", median(ms.iter().map(|m| m.verify_s).collect())) } else { "-".into() },
@@ -318,4 +331,20 @@ pub fn cost(args: CostArgs) -> Result<()> {
     let base = median(times[0].clone());
     println!("decode (k = 1): {:.1} tok/s", 1.0 / base);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_interpolate_between_sorted_values() {
+        let v = vec![4.0, 1.0, 3.0, 2.0];
+        assert_eq!(median(v.clone()), 2.5);
+        assert_eq!(quantile(v.clone(), 0.0), 1.0);
+        assert_eq!(quantile(v.clone(), 1.0), 4.0);
+        assert_eq!(quantile(v.clone(), 0.25), 1.75);
+        assert_eq!(median(vec![5.0, 1.0, 3.0]), 3.0);
+        assert!(median(Vec::new()).is_nan());
+    }
 }
