@@ -1,11 +1,11 @@
-//! How many tokens to draft in the next round.
+//! Whether to draft in the next round, and how far.
 //!
 //! Why it is shaped this way: on a GPU, verifying k tokens costs about one step, so drafting more
 //! is nearly free and the usual rule is "grow k after full acceptance, shrink after a rejection".
 //! On a CPU (and for small targets) verifying k tokens costs close to k steps, so speculation only
 //! pays when acceptance is high — and a fixed k can be slower than the target alone (the reference
 //! measured k = 4, D = 1 slower than target-only). So the adaptive policy *measures* the costs it
-//! decides between and picks the k with the best expected tokens per second:
+//! decides between and drafts only when some k promises more tokens per second than a target step:
 //!
 //!   E[tokens | k] = (1 − α^(k+1)) / (1 − α)          (α: per-token acceptance, bonus included)
 //!   cost(k)       = k · t_draft + t_verify(k + 1)
@@ -17,7 +17,7 @@
 //! (the text, and so the acceptance, changes along the way).
 //!
 //! That choice only says whether to draft; how far a round drafts is decided token by token
-//! ([`AdaptivePolicy::draft_more`]). The draft's probability of the token it just proposed predicts
+//! ([`AdaptivePolicy::depth_thresholds`]). The draft's probability of the token it just proposed predicts
 //! whether the target will accept it (on `code`, 24% for q(x) < 0.2 against 88% for q(x) ≥ 0.97), so
 //! the chance that the whole drafted prefix survives is known as the round goes. One more token is
 //! drafted while what it adds, that chance times the acceptance α, per its cost (a draft step and a
@@ -44,10 +44,11 @@ const N_Q_CLASSES: usize = Q_CLASS_BOUNDS.len() + 1;
 const Q_CLASS_PRIOR: [f64; N_Q_CLASSES] = [0.3, 0.4, 0.45, 0.6, 0.65, 0.8, 0.9];
 /// How far one verified token's acceptance probability moves its class's estimate.
 const Q_CLASS_STEP: f64 = 0.05;
-/// After this many consecutive target-only steps, probe with a short draft; each probe that leaves
-/// target-only steps the better choice doubles the wait, up to `MAX_PROBE_EVERY`. A probe costs
-/// the draft's catching up on the skipped tokens plus a 3-token verify (~16 ms for ~1.5 tokens on
-/// the default pair at α ≈ 0.4, against ~7 ms per target step): one every 8 steps cost ~7%.
+/// After this many consecutive target-only steps, probe with a drafting round; each probe that
+/// leaves target-only steps the better choice doubles the wait, up to `MAX_PROBE_EVERY`. A probe
+/// costs the draft's catching up on the skipped tokens plus a verify (measured when probes were 2
+/// tokens: ~16 ms for ~1.5 tokens on the default pair at α ≈ 0.4, against ~7 ms per target step;
+/// one every 8 steps cost ~7%). Its length is the depth rule's, as in any drafting round.
 const PROBE_EVERY: usize = 8;
 const MAX_PROBE_EVERY: usize = 64;
 const PROBE_LEN: usize = 2;
@@ -269,17 +270,24 @@ impl AdaptivePolicy {
         Some((1..=MAX_DRAFT_LEN).filter_map(|k| self.expected_rate(k)).fold(step, f64::max))
     }
 
-    /// Whether to draft one more token after `drafted` tokens that all survive verification with
-    /// probability `p_prefix` (the product of their [`Self::accept_estimate`]s). The token adds
-    /// p_prefix · α expected tokens for a draft step and one more verify row; it is drafted while
-    /// that rate is at least the best rate expected ([`Self::best_rate`]). Until the costs are
-    /// measured, rounds draft `PROBE_LEN` tokens.
-    pub fn draft_more(&self, drafted: usize, p_prefix: f64) -> bool {
-        let costs = (self.t_draft.median(), self.verify_cost(drafted + 1), self.verify_cost(drafted + 2), self.best_rate());
-        let (Some(t_draft), Some(now), Some(next), Some(best)) = costs else {
-            return drafted < PROBE_LEN;
+    /// For a round that has drafted n tokens, entry n is the smallest probability that they all
+    /// survive verification (the product of their [`Self::accept_estimate`]s) at which one more is
+    /// drafted (n = 1 ..= MAX_DRAFT_LEN; entry 0 is unused). The token adds p_prefix · α expected
+    /// tokens for a draft step and one more verify row; it is drafted while that rate is at least
+    /// the best rate expected ([`Self::best_rate`]). Until the costs are measured, rounds draft
+    /// `PROBE_LEN` tokens. Computed once per round (the medians behind it sort their samples).
+    pub fn depth_thresholds(&self) -> [f64; MAX_DRAFT_LEN + 1] {
+        let mut out = [f64::INFINITY; MAX_DRAFT_LEN + 1];
+        let (Some(t_draft), Some(best)) = (self.t_draft.median(), self.best_rate()) else {
+            out[..PROBE_LEN].fill(0.0);
+            return out;
         };
-        p_prefix * self.alpha >= best * (t_draft + (next - now).max(0.0))
+        for (n, at) in out.iter_mut().enumerate().skip(1) {
+            if let (Some(now), Some(next)) = (self.verify_cost(n + 1), self.verify_cost(n + 2)) {
+                *at = best * (t_draft + (next - now).max(0.0)) / self.alpha.max(1e-6);
+            }
+        }
+        out
     }
 
     /// Estimated probability that the target accepts a drafted token the draft gave probability
@@ -296,7 +304,9 @@ impl AdaptivePolicy {
         *a += Q_CLASS_STEP * (accept_prob.clamp(0.0, 1.0) - *a);
     }
 
-    /// Draft length for the next round, at most `cap`.
+    /// A draft length for the next round (at most `cap`) whose expected rate beats a target step by
+    /// `MIN_GAIN`, or a probe's; 0: take a target step. Callers in `auto` use it only to decide
+    /// whether to draft ([`Self::depth_thresholds`] decides how far).
     pub fn next_len(&mut self, cap: usize) -> usize {
         let cap = cap.min(MAX_DRAFT_LEN);
         if cap == 0 {
@@ -601,26 +611,28 @@ mod tests {
     #[test]
     fn a_round_drafts_on_while_the_drafted_prefix_is_likely_to_survive() {
         let p = code_costs(0.55);
+        let at = p.depth_thresholds();
         // One more token adds p_prefix · α tokens for a draft step and a verify row (3.1 ms),
-        // against a best rate of ~105 tokens/s (k = 1): worth it above p_prefix ≈ 0.59.
-        assert!(p.draft_more(1, 0.9));
-        assert!(!p.draft_more(1, 0.45));
+        // against a best rate of 104.7 tokens/s (k = 1): worth it from p_prefix = 0.590 on, at
+        // every depth (each row costs the same here).
+        for n in 1..=MAX_DRAFT_LEN {
+            assert!((at[n] - 0.0031 * 1.55 / 0.0148 / 0.55).abs() < 1e-9, "depth {n}: {}", at[n]);
+        }
         // After a token the draft was sure of the round goes on, after a doubtful one it ends;
-        // a long prefix of sure tokens ends it too.
+        // six sure tokens in a row end it too (0.9⁶ = 0.53).
         let sure = p.accept_estimate(0.99);
-        assert!(p.draft_more(1, sure));
-        assert!(!p.draft_more(1, p.accept_estimate(0.1)));
-        assert!(!p.draft_more(6, sure.powi(6)));
-        // Cheaper verify rows make the same prefix worth extending.
-        let cheap = trained(0.55, 0.0015, |n| 0.0117 + 0.0004 * (n - 1) as f64);
-        assert!(cheap.draft_more(1, 0.45));
+        assert!(sure >= at[1] && p.accept_estimate(0.1) < at[1]);
+        assert!(sure.powi(6) < at[6]);
+        // Cheaper verify rows make a doubtful prefix worth extending.
+        let cheap = trained(0.55, 0.0015, |n| 0.0117 + 0.0004 * (n - 1) as f64).depth_thresholds();
+        assert!(cheap[1] < 0.45, "{}", cheap[1]);
     }
 
     #[test]
     fn before_costs_are_known_a_round_drafts_the_probe_length() {
-        let p = AdaptivePolicy::default();
-        assert!((1..PROBE_LEN).all(|n| p.draft_more(n, 0.0)));
-        assert!(!p.draft_more(PROBE_LEN, 1.0));
+        let at = AdaptivePolicy::default().depth_thresholds();
+        assert!(at[1..PROBE_LEN].iter().all(|&t| t == 0.0), "{at:?}");
+        assert!(at[PROBE_LEN..].iter().all(|&t| t > 1.0), "{at:?}");
     }
 
     #[test]

@@ -121,6 +121,9 @@ pub fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let at = q.clamp(0.0, 1.0) * (v.len() - 1) as f64;
     let (lo, hi) = (at.floor() as usize, at.ceil() as usize);
+    if lo == hi {
+        return v[lo];
+    }
     v[lo] + (v[hi] - v[lo]) * (at - lo as f64)
 }
 
@@ -346,5 +349,7 @@ mod tests {
         assert_eq!(quantile(v.clone(), 0.25), 1.75);
         assert_eq!(median(vec![5.0, 1.0, 3.0]), 3.0);
         assert!(median(Vec::new()).is_nan());
+        // A ratio that is infinite (a run timed at zero) stays infinite at its own rank.
+        assert_eq!(quantile(vec![1.0, f64::INFINITY, 2.0], 1.0), f64::INFINITY);
     }
 }

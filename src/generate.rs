@@ -577,6 +577,8 @@ pub fn generate_speculative(
     (run.on_event)(GenEvent::Prefilled { n_prompt_tokens: run.n_prompt, prefill_s: run.stats.prefill_s });
     let mut policy = AdaptivePolicy::default();
     let auto = req.draft_len == DraftLen::Auto;
+    // How many times each output position has been drafted (see `draft_uniform`).
+    let mut draft_attempts: Vec<u32> = Vec::new();
     while !run.done() {
         let round = run.rounds.len();
         let base = run.context.len();
@@ -615,18 +617,27 @@ pub fn generate_speculative(
         }
         // The first forward catches up on the tokens the draft has not seen (for the policy).
         let (mut caught_up, mut catch_up_s) = (0, 0.0);
+        let mut survival_sum = 0.0;
         if k_cap > 0 {
             let unseen = run.context[dmodel.n_cached()..].to_vec();
             let t_catch_up = Instant::now();
             let mut logits = dmodel.forward_last(&unseen)?;
             (caught_up, catch_up_s) = (unseen.len(), t_catch_up.elapsed().as_secs_f64());
-            // Estimated probability that every token drafted so far is accepted (auto).
+            // Estimated probability that every token drafted so far is accepted, and the sum of
+            // those over the prefixes: the verify rows the round will likely use, less one (auto).
+            let depth = if auto { policy.depth_thresholds() } else { [0.0; MAX_DRAFT_LEN + 1] };
             let mut p_prefix = 1.0;
             for i in 0..k_cap {
                 let q = probabilities(&logits, &scratch, &req.sampling, n_vocab);
-                let pos = (base - run.n_prompt + i) as u64;
-                let x = sample_index(&q, uniform(req.seed, pos, Purpose::DraftSample)) as u32;
+                let at = base - run.n_prompt + i;
+                if draft_attempts.len() <= at {
+                    draft_attempts.resize(at + 1, 0);
+                }
+                let u = crate::sampling::draft_uniform(req.seed, at as u64, draft_attempts[at]);
+                draft_attempts[at] += 1;
+                let x = sample_index(&q, u) as u32;
                 p_prefix *= policy.accept_estimate(q[x as usize]);
+                survival_sum += p_prefix;
                 drafts.push(x);
                 q_dists.push(q);
                 scratch.push(x);
@@ -636,7 +647,7 @@ pub fn generate_speculative(
                 }
                 // From the tokens drafted so far only: the next position's outcome stays the
                 // target's whether it is drafted or not (see `crate::adaptive`).
-                if auto && !policy.draft_more(i + 1, p_prefix) {
+                if auto && p_prefix < depth[(i + 1).min(MAX_DRAFT_LEN)] {
                     break;
                 }
                 logits = dmodel.forward_rows(&[x])?.remove(0);
@@ -654,7 +665,12 @@ pub fn generate_speculative(
         let mut rows = tmodel.forward_lazy(&feed)?;
         // The output head first for the rows this round will likely use (see `likely_rows`); the
         // rest only if the walk below gets that far.
-        tmodel.lazy_rows(&mut rows, likely_rows(if copied { policy.alpha_lookup(matched) } else { policy.alpha() }, drafts.len()))?;
+        let likely = match (copied, auto) {
+            (true, _) => likely_rows(policy.alpha_lookup(matched), drafts.len()),
+            (false, true) => ((1.0 + survival_sum).ceil() as usize).clamp(1, drafts.len() + 1),
+            (false, false) => likely_rows(policy.alpha(), drafts.len()),
+        };
+        tmodel.lazy_rows(&mut rows, likely)?;
         let mut verify_s = t_verify.elapsed().as_secs_f64();
         // Accept: walk the drafted tokens in order; the first rejection ends the round. The budget
         // is the draft model's to spend: copies are verified losslessly (π = p), so that a large

@@ -30,6 +30,18 @@ pub fn uniform(seed: u64, pos: u64, purpose: Purpose) -> f64 {
     (z >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
+/// The uniform for drafting output position `pos` for the `attempt`-th time (0: the first, the
+/// same draw as `uniform(seed, pos, DraftSample)`). A position drafted again, after a rejection
+/// before it ended its round, gets a fresh draw: the first one's value may have shaped that round
+/// (how far it drafted, so which timings the policy saw), so reusing it would tie the next decision
+/// to draft there to the draft's own sample.
+pub fn draft_uniform(seed: u64, pos: u64, attempt: u32) -> f64 {
+    match attempt {
+        0 => uniform(seed, pos, Purpose::DraftSample),
+        a => uniform(seed, pos | (u64::from(a) << 40), Purpose::DraftSample),
+    }
+}
+
 fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

@@ -3,7 +3,7 @@
 
 use mentor_lab::lookup::point_mass;
 use mentor_lab::mentor::{accept_probability, kl_divergence, mix_kl, mix_tv, residual, tv_distance, verify_token};
-use mentor_lab::sampling::{apply_repeat_penalty, argmax, probabilities, sample_index, uniform, Purpose, SamplingParams};
+use mentor_lab::sampling::{apply_repeat_penalty, argmax, draft_uniform, probabilities, sample_index, uniform, Purpose, SamplingParams};
 
 const N_DRAWS: u64 = 200_000;
 
@@ -305,6 +305,14 @@ fn keyed_uniforms_are_reproducible_and_independent() {
     let mean = xs.iter().sum::<f64>() / xs.len() as f64;
     let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
     assert!((mean - 0.5).abs() < 0.003 && (var - 1.0 / 12.0).abs() < 0.002);
+    // A position drafted again gets a fresh, reproducible draw; the first attempt is the plain one.
+    assert_eq!(draft_uniform(42, 17, 0), uniform(42, 17, Purpose::DraftSample));
+    assert_eq!(draft_uniform(42, 17, 1), draft_uniform(42, 17, 1));
+    let attempts: Vec<f64> = (0..4).map(|a| draft_uniform(42, 17, a)).collect();
+    assert!((1..4).all(|a| !attempts[..a].contains(&attempts[a])), "{attempts:?}");
+    let redrafts: Vec<f64> = (0..N_DRAWS).map(|i| draft_uniform(9, i, 1)).collect();
+    let mean = redrafts.iter().sum::<f64>() / redrafts.len() as f64;
+    assert!((mean - 0.5).abs() < 0.003, "redraft draws mean {mean}");
 }
 
 #[test]
