@@ -283,8 +283,11 @@ impl AdaptivePolicy {
             return out;
         };
         for (n, at) in out.iter_mut().enumerate().skip(1) {
-            if let (Some(now), Some(next)) = (self.verify_cost(n + 1), self.verify_cost(n + 2)) {
-                *at = best * (t_draft + (next - now).max(0.0)) / self.alpha.max(1e-6);
+            if let (Some(one), Some(now), Some(next)) = (self.verify_cost(1), self.verify_cost(n + 1), self.verify_cost(n + 2)) {
+                // One more row costs at least the average row so far: two noisy medians that
+                // happen to be close (or inverted) must not make the next row look free.
+                let row = (next - now).max((next - one) / (n + 1) as f64).max(0.0);
+                *at = best * (t_draft + row) / self.alpha.max(1e-6);
             }
         }
         out
@@ -623,6 +626,15 @@ mod tests {
         let sure = p.accept_estimate(0.99);
         assert!(sure >= at[1] && p.accept_estimate(0.1) < at[1]);
         assert!(sure.powi(6) < at[6]);
+        // A noisy median that makes one size look as cheap as the one below does not make the
+        // next row free: it costs the average row.
+        let mut noisy = code_costs(0.55);
+        noisy.t_verify[4] = Recent::default();
+        noisy.t_verify[4].push(noisy.verify_cost(3).unwrap_or(0.0));
+        let avg = (noisy.verify_cost(4).unwrap_or(0.0) - noisy.verify_cost(1).unwrap_or(0.0)) / 3.0;
+        assert!((avg - 0.0032 / 3.0).abs() < 1e-12);
+        // After 2 tokens the 4th row looks free: 0.29 without the floor, 0.49 with it.
+        assert!(noisy.depth_thresholds()[2] > 0.4, "{}", noisy.depth_thresholds()[2]);
         // Cheaper verify rows make a doubtful prefix worth extending.
         let cheap = trained(0.55, 0.0015, |n| 0.0117 + 0.0004 * (n - 1) as f64).depth_thresholds();
         assert!(cheap[1] < 0.45, "{}", cheap[1]);
