@@ -629,8 +629,9 @@ mod tests {
         // A noisy median that makes one size look as cheap as the one below does not make the
         // next row free: it costs the average row.
         let mut noisy = code_costs(0.55);
+        let three = noisy.verify_cost(3).unwrap_or(0.0);
         noisy.t_verify[4] = Recent::default();
-        noisy.t_verify[4].push(noisy.verify_cost(3).unwrap_or(0.0));
+        noisy.t_verify[4].push(three);
         let avg = (noisy.verify_cost(4).unwrap_or(0.0) - noisy.verify_cost(1).unwrap_or(0.0)) / 3.0;
         assert!((avg - 0.0032 / 3.0).abs() < 1e-12);
         // After 2 tokens the 4th row looks free: 0.29 without the floor, 0.49 with it.
