@@ -624,7 +624,7 @@ pub fn generate_speculative(
             let mut logits = dmodel.forward_last(&unseen)?;
             (caught_up, catch_up_s) = (unseen.len(), t_catch_up.elapsed().as_secs_f64());
             // Estimated probability that every token drafted so far is accepted, and the sum of
-            // those over the prefixes: the verify rows the round will likely use, less one (auto).
+            // those over the prefixes: the verify rows the round will likely use, less one.
             let depth = if auto { policy.depth_thresholds() } else { [0.0; MAX_DRAFT_LEN + 1] };
             let mut p_prefix = 1.0;
             for i in 0..k_cap {
@@ -665,10 +665,9 @@ pub fn generate_speculative(
         let mut rows = tmodel.forward_lazy(&feed)?;
         // The output head first for the rows this round will likely use (see `likely_rows`); the
         // rest only if the walk below gets that far.
-        let likely = match (copied, auto) {
-            (true, _) => likely_rows(policy.alpha_lookup(matched), drafts.len()),
-            (false, true) => ((1.0 + survival_sum).ceil() as usize).clamp(1, drafts.len() + 1),
-            (false, false) => likely_rows(policy.alpha(), drafts.len()),
+        let likely = match copied {
+            true => likely_rows(policy.alpha_lookup(matched), drafts.len()),
+            false => ((1.0 + survival_sum).ceil() as usize).clamp(1, drafts.len() + 1),
         };
         tmodel.lazy_rows(&mut rows, likely)?;
         let mut verify_s = t_verify.elapsed().as_secs_f64();
@@ -717,7 +716,7 @@ pub fn generate_speculative(
                 ..plain_token(verdict.token, TokenSource::Target)
             };
             run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, verdict.token)))?;
-            if auto && !copied {
+            if !copied {
                 policy.observe_drafted(q[x as usize], verdict.accept_prob);
             }
             if verdict.accepted {
