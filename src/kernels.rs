@@ -12,6 +12,23 @@
 //! same whatever the number of rows, so a batched result equals the single-row result exactly.
 
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod amx;
+/// Without AMX there is no tile layout to build.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+mod amx {
+    #[derive(Debug, Clone)]
+    pub(super) struct AmxQ4;
+    impl AmxQ4 {
+        pub(super) fn from_ggml(_: &[u8], _: usize, _: usize, _: usize, _: &[f32], _: &[f32]) -> Option<AmxQ4> {
+            None
+        }
+        pub(super) fn stack(_: &[Option<&AmxQ4>], _: &[usize]) -> Option<AmxQ4> {
+            None
+        }
+    }
+}
+
 pub const BLOCK: usize = 32;
 /// Bytes of one GGML Q8_0 block: f16 scale + 32 × i8.
 const GGML_Q8_0_BYTES: usize = 34;
@@ -274,6 +291,13 @@ trait RowKernel: Sync {
     /// Safety: the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]);
+    /// Outputs from `outs.start` written straight into `y` (row-major, `n_out` wide), where the
+    /// kernel has such a path for these rows; returns how many (a prefix of `outs`) it did.
+    /// Safety: `y` holds `n_rows · n_out` floats and no one else writes these columns meanwhile.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    unsafe fn rows_direct(&self, _outs: std::ops::Range<usize>, _xq: &Q8Rows, _y: *mut f32) -> usize {
+        0
+    }
 
     fn rows_for(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
@@ -448,7 +472,13 @@ fn batched_matmul(k: &impl RowKernel, x: &[f32], n_rows: usize) -> Vec<f32> {
         let mut local = [0f32; OUT_CHUNK * MAX_LOCAL_ROWS];
         let mut heap = Vec::new();
         let o_end = ((c + 1) * chunk).min(n_out);
+        #[cfg_attr(not(all(target_arch = "x86_64", target_os = "linux")), allow(unused_mut))]
         let mut o0 = c * chunk;
+        // SAFETY: tasks own disjoint output columns (see below).
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            o0 += unsafe { k.rows_direct(o0..o_end, &xq, y_ptr.get()) };
+        }
         while o0 < o_end {
             let o1 = (o0 + OUT_CHUNK).min(o_end);
             let buf: &mut [f32] = if n_rows <= MAX_LOCAL_ROWS {
@@ -915,6 +945,9 @@ pub struct Q4Matrix {
     d: Vec<f32>,      // (n_out, n_in / 32)
     m: Vec<f32>,      // (n_out, n_in / 32)
     nibbles: Vec<u8>, // (n_out, n_in / 2), each row packed by `pack_q4_row`
+    /// The same weights in AMX's tile layout, where this process can run it (calls of
+    /// [`amx::min_rows`] rows or more take it).
+    amx: Option<amx::AmxQ4>,
 }
 
 /// Pack one row of 4-bit quants, given in plain order (`q[i]` is weight i, 0..15), as
@@ -961,13 +994,14 @@ impl Q4Matrix {
             d: parts.iter().flat_map(|m| m.d.iter().copied()).collect(),
             m: parts.iter().flat_map(|m| m.m.iter().copied()).collect(),
             nibbles: parts.iter().flat_map(|m| m.nibbles.iter().copied()).collect(),
+            amx: amx::AmxQ4::stack(&parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(), &parts.iter().map(|m| m.n_out).collect::<Vec<_>>()),
         })
     }
 
     /// Only the given rows, in that order, like [`Q8Matrix::select_rows`].
     pub fn select_rows(&self, rows: &[u32]) -> Option<Q4Matrix> {
         let (nb, nh) = (self.n_in / BLOCK, self.n_in / 2);
-        let mut out = Q4Matrix { n_out: rows.len(), n_in: self.n_in, d: Vec::new(), m: Vec::new(), nibbles: Vec::new() };
+        let mut out = Q4Matrix { n_out: rows.len(), n_in: self.n_in, d: Vec::new(), m: Vec::new(), nibbles: Vec::new(), amx: None };
         for &r in rows {
             let r = r as usize;
             out.d.extend_from_slice(self.d.get(r * nb..(r + 1) * nb)?);
@@ -1001,7 +1035,8 @@ impl Q4Matrix {
                 pack_q4_row(&plain, packed);
             }
         }
-        Some(Q4Matrix { n_out, n_in, d, m, nibbles })
+        let amx = amx::AmxQ4::from_ggml(bytes, n_out, n_in, block_bytes, &d, &m);
+        Some(Q4Matrix { n_out, n_in, d, m, nibbles, amx })
     }
 
     pub fn matmul(&self, x: &[f32], n_rows: usize) -> Vec<f32> {
@@ -1161,17 +1196,42 @@ impl Q4Matrix {
         }
         let ones = _mm256_set1_epi16(1);
         for u in 0..U {
-            let d = repeat_ps(self.d.as_ptr().add((o + u) * nb + b0), SIZE);
-            // The offset term once per block: m in the first SIZE lanes only.
+            // Block b0 + i's scales in lane i, zeros after the chunk's blocks.
+            let d = first_ps(self.d.as_ptr().add((o + u) * nb + b0), SIZE);
             let m = first_ps(self.m.as_ptr().add((o + u) * nb + b0), SIZE);
             for j in 0..N {
                 // VNNI's lanes hold 32-bit sums already; AVX2's 16-bit pair sums widen here.
-                let sums = _mm256_cvtepi32_ps(if VNNI { isum[u][j] } else { _mm256_madd_epi16(isum[u][j], ones) });
-                acc[u][j] = _mm256_fmadd_ps(_mm256_mul_ps(d, repeat_ps(rows.xs[j].add(b0), SIZE)), sums, acc[u][j]);
-                acc[u][j] = _mm256_fmadd_ps(m, repeat_ps(rows.xsum[j].add(b0), SIZE), acc[u][j]);
+                let wide = if VNNI { isum[u][j] } else { _mm256_madd_epi16(isum[u][j], ones) };
+                let sums = _mm256_cvtepi32_ps(block_sums_first::<SIZE>(wide));
+                acc[u][j] = _mm256_fmadd_ps(_mm256_mul_ps(d, first_ps(rows.xs[j].add(b0), SIZE)), sums, acc[u][j]);
+                acc[u][j] = _mm256_fmadd_ps(m, first_ps(rows.xsum[j].add(b0), SIZE), acc[u][j]);
             }
         }
     }
+}
+
+/// A chunk's 32-bit sums (lane i holding part of block i % SIZE, [`chunk_source`]) as whole block
+/// sums: block i in lane i, zeros after the chunk's blocks. Integer adds, so exact. The float
+/// arithmetic is then one multiply-add per block and lane in every path, the AMX one included
+/// (`amx`), which has whole block sums only: lane i of a chunk accumulates block b0 + i.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn block_sums_first<const SIZE: usize>(v: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    if SIZE == GROUP_BLOCKS {
+        return v;
+    }
+    // Lanes i and i + 4 hold the same block for SIZE ≤ 4.
+    let four = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let low = match SIZE {
+        4 => four,
+        2 => _mm_move_epi64(_mm_add_epi32(four, _mm_srli_si128::<8>(four))),
+        _ => {
+            let two = _mm_add_epi32(four, _mm_srli_si128::<8>(four));
+            _mm_cvtsi32_si128(_mm_cvtsi128_si32(_mm_add_epi32(two, _mm_srli_si128::<4>(two))))
+        }
+    };
+    _mm256_set_m128i(_mm_setzero_si128(), low)
 }
 
 /// The activation rows one Q4 kernel call reads: quants (chunk layout), scales, and
@@ -1196,6 +1256,15 @@ impl RowKernel for Q4Matrix {
     #[cfg(target_arch = "x86_64")]
     fn prepare(&self, xq: &mut Q8Rows) {
         xq.fill_pairs_for_wide();
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
+        match &self.amx {
+            // SAFETY: the layout exists only where `amx::available()`; the rest is the caller's.
+            Some(tiles) if xq.n_rows >= amx::min_rows(self.n_in) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
+            _ => 0,
+        }
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
@@ -1347,6 +1416,50 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Where this process can run AMX, the tile path gives the 512-bit VNNI kernel's results bit
+    /// for bit, for any number of rows (one tile of up to 16, or several), for whole groups of 16
+    /// outputs (the rest go to VNNI), and for the chunk shapes of every width.
+    #[test]
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    fn amx_equals_the_vnni_kernel() {
+        if !amx::available() {
+            eprintln!("no AMX here (or MENTOR_LAB_KERNEL turns it off): nothing to compare");
+            return;
+        }
+        for (n_out, n_in) in [(64, 576), (48, 1536), (35, 480), (32, 64), (16, 32), (67, 256)] {
+            let q4 = Q4Matrix::from_ggml_bytes(&q4_1_bytes(n_out, n_in, 31), n_out, n_in, true).unwrap();
+            let tiles = q4.amx.as_ref().expect("AMX layout where AMX is available");
+            for n_rows in [1, 2, 3, 5, 9, 16, 17, 33] {
+                let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 32 + n_rows as u64), n_rows, n_in);
+                xq.fill_pairs_for_wide();
+                let (mut ours, mut vnni) = (vec![f32::NAN; n_out * n_rows], vec![0f32; n_out * n_rows]);
+                // SAFETY: `amx::available` implies AVX-512 VNNI, F, BW and VL; `ours` is n_rows × n_out.
+                let done = unsafe {
+                    q4.rows_vnni512(0..n_out, &xq, &mut vnni);
+                    tiles.rows(n_in, 0..n_out, &xq, ours.as_mut_ptr(), n_out)
+                };
+                assert_eq!(done, n_out / 16 * 16);
+                for r in 0..n_rows {
+                    for o in 0..n_out {
+                        let got = ours[r * n_out + o];
+                        if o < done {
+                            assert_eq!(got.to_bits(), vnni[o * n_rows + r].to_bits(), "{n_out}x{n_in}, {n_rows} rows: row {r}, output {o}");
+                        } else {
+                            assert!(got.is_nan(), "output {o} is past the whole groups and left alone");
+                        }
+                    }
+                }
+                // A range that does not start a group is left to VNNI.
+                assert_eq!(unsafe { tiles.rows(n_in, 8..n_out, &xq, ours.as_mut_ptr(), n_out) }, 0);
+            }
+        }
+        // Stacked parts keep their tiles; a part with a partial group leaves the stack without.
+        let parts: Vec<Q4Matrix> = [(32, 41), (16, 42)].iter().map(|&(n, seed)| Q4Matrix::from_ggml_bytes(&q4_1_bytes(n, 576, seed), n, 576, true).unwrap()).collect();
+        assert!(Q4Matrix::stack(&parts.iter().collect::<Vec<_>>()).unwrap().amx.is_some());
+        let odd = Q4Matrix::from_ggml_bytes(&q4_1_bytes(20, 576, 43), 20, 576, true).unwrap();
+        assert!(Q4Matrix::stack(&[&parts[0], &odd]).unwrap().amx.is_none());
     }
 
     #[test]

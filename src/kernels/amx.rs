@@ -1,0 +1,348 @@
+//! The 4-bit kernel's multi-row calls on Intel AMX (Advanced Matrix Extensions, Linux on x86-64).
+//!
+//! Why: with `vpdpbusd` every activation row costs its own multiply-adds, block-scale arithmetic
+//! and horizontal sums, so a verify row cost ~15% of a single-token step. An AMX tile multiply
+//! (`tdpbsud`) takes up to 16 activation rows × 32 weights of one block against 16 outputs' 32
+//! weights at once, and leaves whole block sums for 16 outputs in each row of its result: the
+//! per-row work left is one conversion and two multiply-adds per block for 16 outputs at a time.
+//!
+//! Exactness: the tile's integer block sums equal the `vpdpbusd` ones, and the float arithmetic is
+//! the other paths' in the same order: lane i of a chunk of blocks ([`super::chunks`]) accumulates
+//! block b0 + i (`(d·s)·sum`, then `m·(s·Σx)`), and the 8 lanes are added as `hsum256` adds them.
+//! So a verify row gives a single-token step's result bit for bit (`amx_equals_the_vnni_kernel`).
+//!
+//! Layout: per group of 16 outputs and block, the 256 GGML bytes that unpack (low nibbles, then high
+//! nibbles) straight into the weight tile's 8 × 64 bytes, whose row t holds weights 4t..4t + 3 of
+//! each of the 16 outputs: byte p holds weight 4·(p / 64) + p % 4 (low nibble) and that + 16 (high)
+//! of output p % 64 / 4, which is byte 4·(p / 64) + p % 4 of the output's GGML block as it is.
+//! Each block is unpacked into a small ring of tiles 8 blocks before its multiply: a tile load of
+//! bytes just stored waits for the stores to drain (unpacking a group's blocks right before its
+//! multiplies measured ~2x slower), and keeping the weights unpacked instead doubles the bytes a
+//! verify pass reads (`cost`: 4 tokens 1.52x → 1.75x a step).
+
+use super::{chunks, Q8Rows, BLOCK};
+use std::arch::asm;
+use std::arch::x86_64::*;
+
+/// Activations (tile `$a`, signed, row stride `$stride`) times weights (tile `$b`, unsigned, 64
+/// bytes per row) into a zeroed tile `$c`.
+macro_rules! tile_mul {
+    ($a:literal, $b:literal, $c:literal, $x:expr, $stride:expr, $w:expr) => {
+        asm!(
+            concat!("tileloadd tmm", $a, ", [{x} + {stride}*1]"),
+            concat!("tileloadd tmm", $b, ", [{w} + {row}*1]"),
+            concat!("tilezero tmm", $c),
+            concat!("tdpbsud tmm", $c, ", tmm", $a, ", tmm", $b),
+            x = in(reg) $x, stride = in(reg) $stride, w = in(reg) $w, row = in(reg) 64usize,
+            options(nostack)
+        )
+    };
+}
+
+/// Tile `$c` (rows of 16 32-bit sums) stored at `$sums`, 64 bytes per row.
+macro_rules! tile_store {
+    ($c:literal, $sums:expr) => {
+        asm!(concat!("tilestored [{sums} + {row}*1], tmm", $c), sums = in(reg) $sums, row = in(reg) 64usize, options(nostack))
+    };
+}
+
+/// Outputs per tile (its 16 columns of 32-bit sums).
+const TILE_OUTS: usize = 16;
+/// Activation rows per tile.
+const TILE_ROWS: usize = 16;
+/// Bytes of one weight tile: 16 outputs × 32 weights.
+const TILE_BYTES: usize = TILE_OUTS * BLOCK;
+/// Weight tiles unpacked ahead of their multiply, and the ring they go in (8 KiB).
+const AHEAD: usize = 8;
+const RING: usize = 16;
+/// Bytes of one group's block as stored: two weights per byte.
+const PACKED_BYTES: usize = TILE_BYTES / 2;
+/// The fewest activation rows for which a matrix `n_in` wide takes this path. Single thread, best
+/// of 4 alternating runs of 300 (`MENTOR_LAB_KERNEL=noamx` for the other), AMX against 512-bit
+/// VNNI: 576 wide (1536, 3072 and 576 outputs) 0.88–0.91x the time at 2 rows, 0.54–0.60x at 4,
+/// 0.32–0.35x at 16; 1536 wide (576 outputs) 1.27x at 2 rows, 1.01x at 4, 0.73x at 9, 0.62x at
+/// 16: long rows are where `vpdpbusd` does best, while a tile multiply costs the same per block.
+pub(super) fn min_rows(n_in: usize) -> usize {
+    if n_in <= 1024 {
+        1
+    } else {
+        4
+    }
+}
+
+/// A [`super::Q4Matrix`]'s first `16 · groups` outputs in the tile layout (see the module).
+#[derive(Debug, Clone)]
+pub(super) struct AmxQ4 {
+    groups: usize,
+    nibbles: Vec<u8>, // (group, block, 256)
+    d: Vec<f32>,      // (group, block, 16)
+    m: Vec<f32>,      // (group, block, 16)
+    /// The accumulator lane of each block: its place in its chunk.
+    lanes: Vec<u8>,
+}
+
+/// Whether this process can run the AMX path: the CPU has AMX-TILE and AMX-INT8, the 512-bit
+/// VNNI kernels are on (so `MENTOR_LAB_KERNEL=vnni256|avx2` turn AMX off too, and `noamx` alone),
+/// and Linux granted the tile state (it does only on request, per process).
+pub(super) fn available() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| {
+        super::use_vnni512()
+            && std::env::var("MENTOR_LAB_KERNEL").map(|v| v != "noamx").unwrap_or(true)
+            && cpu_has_amx_int8()
+            && request_tile_state()
+    })
+}
+
+fn cpu_has_amx_int8() -> bool {
+    // CPUID leaf 7, sub-leaf 0: EDX bit 24 is AMX-TILE, bit 25 AMX-INT8.
+    #[allow(unused_unsafe)]
+    let (max_leaf, edx) = unsafe { (__cpuid(0).eax, __cpuid_count(7, 0).edx) };
+    max_leaf >= 7 && edx & (1 << 24) != 0 && edx & (1 << 25) != 0
+}
+
+/// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`: true when the kernel granted it.
+fn request_tile_state() -> bool {
+    const SYS_ARCH_PRCTL: i64 = 158;
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    let ret: i64;
+    // SAFETY: a plain system call; it reads and writes no memory of ours.
+    unsafe {
+        asm!("syscall", inlateout("rax") SYS_ARCH_PRCTL => ret, in("rdi") ARCH_REQ_XCOMP_PERM, in("rsi") XFEATURE_XTILEDATA,
+             lateout("rcx") _, lateout("r11") _, options(nostack));
+    }
+    ret == 0
+}
+
+impl AmxQ4 {
+    /// From GGML Q4 bytes (`block_bytes` 20 for Q4_1, 18 for Q4_0: the 16 quant bytes last) and
+    /// the blocks' d and m; `None` where AMX is not available or there is no whole group.
+    pub(super) fn from_ggml(bytes: &[u8], n_out: usize, n_in: usize, block_bytes: usize, d: &[f32], m: &[f32]) -> Option<AmxQ4> {
+        let (groups, nb) = (n_out / TILE_OUTS, n_in / BLOCK);
+        if !available() || groups == 0 || nb == 0 {
+            return None;
+        }
+        let mut out = AmxQ4 { groups, nibbles: vec![0; groups * nb * PACKED_BYTES], d: Vec::new(), m: Vec::new(), lanes: lanes(nb) };
+        for (gb, dst) in out.nibbles.chunks_exact_mut(PACKED_BYTES).enumerate() {
+            let (g, b) = (gb / nb, gb % nb);
+            for (p, byte) in dst.iter_mut().enumerate() {
+                let (o, k) = (g * TILE_OUTS + p % 64 / 4, 4 * (p / 64) + p % 4);
+                *byte = bytes[(o * nb + b) * block_bytes + block_bytes - 16 + k];
+            }
+            for n in 0..TILE_OUTS {
+                out.d.push(d[(g * TILE_OUTS + n) * nb + b]);
+                out.m.push(m[(g * TILE_OUTS + n) * nb + b]);
+            }
+        }
+        Some(out)
+    }
+
+    /// The layouts of matrices stacked one after another, where each has one and whole groups
+    /// only (so that the groups follow each other as the outputs do).
+    pub(super) fn stack(parts: &[Option<&AmxQ4>], n_outs: &[usize]) -> Option<AmxQ4> {
+        let parts: Vec<&AmxQ4> = parts.iter().copied().collect::<Option<_>>()?;
+        if parts.is_empty() || n_outs.iter().zip(&parts).any(|(&n, p)| n != p.groups * TILE_OUTS || p.lanes != parts[0].lanes) {
+            return None;
+        }
+        Some(AmxQ4 {
+            groups: parts.iter().map(|p| p.groups).sum(),
+            nibbles: parts.iter().flat_map(|p| p.nibbles.iter().copied()).collect(),
+            d: parts.iter().flat_map(|p| p.d.iter().copied()).collect(),
+            m: parts.iter().flat_map(|p| p.m.iter().copied()).collect(),
+            lanes: parts[0].lanes.clone(),
+        })
+    }
+
+    /// Outputs from `outs.start` (a multiple of 16) in whole groups, for all activation rows,
+    /// written into `y` (row-major, `n_out` wide); returns how many outputs it did (0 where `outs`
+    /// does not start a group).
+    ///
+    /// Safety: [`available`] is true (AVX-512 F and BW with it); `y` holds `xq.n_rows · n_out`
+    /// floats, and nothing else writes these outputs' columns meanwhile.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
+    pub(super) unsafe fn rows(&self, n_in: usize, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32, n_out: usize) -> usize {
+        if !outs.start.is_multiple_of(TILE_OUTS) {
+            return 0;
+        }
+        let (g0, g1) = (outs.start / TILE_OUTS, (outs.end / TILE_OUTS).min(self.groups));
+        let nb = n_in / BLOCK;
+        if g1 <= g0 || xq.n_rows == 0 || nb == 0 {
+            return 0;
+        }
+        SCRATCH.with_borrow_mut(|work| {
+            let ring = work.ring.as_mut_ptr() as *mut u8;
+            let steps = (g1 - g0) * nb;
+            // Rows in near-equal tiles of up to 16.
+            let n_tiles = xq.n_rows.div_ceil(TILE_ROWS);
+            let mut r0 = 0;
+            for t in 0..n_tiles {
+                let rows = (xq.n_rows - r0).div_ceil(n_tiles - t);
+                configure(rows);
+                for s in 0..AHEAD.min(steps) {
+                    unpack(self.packed(g0 * nb + s), ring.add(s % RING * TILE_BYTES));
+                }
+                for g in g0..g1 {
+                    self.group(g, (g - g0) * nb, steps, g0 * nb, r0, rows, nb, xq, ring, &mut work.sums, &mut work.acc, y, n_out);
+                }
+                r0 += rows;
+            }
+        });
+        (g1 - g0) * TILE_OUTS
+    }
+
+    /// Block `gb % nb` of group `gb / nb` as stored.
+    #[inline]
+    unsafe fn packed(&self, gb: usize) -> *const u8 {
+        self.nibbles.as_ptr().add(gb * PACKED_BYTES)
+    }
+
+    /// Outputs `16 · g ..` for activation rows `r0 .. r0 + rows` into `y`. The call's blocks are
+    /// one sequence of `steps` (this group's start at `first`, the call's first block at `base`
+    /// of the stored ones): step s multiplies the weight tile in ring slot s % RING and unpacks
+    /// step s + AHEAD's. Two tile sets take turns (storing a tile right after its multiply, one
+    /// set at a time, measured 1.7x slower for 1 row).
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn group(
+        &self, g: usize, first: usize, steps: usize, base: usize, r0: usize, rows: usize, nb: usize, xq: &Q8Rows, ring: *mut u8, sums: &mut Sums, acc: &mut Accumulators,
+        y: *mut f32, n_out: usize,
+    ) {
+        let n_in = nb * BLOCK;
+        for a in acc.iter_mut().take(rows) {
+            *a = [_mm512_setzero_ps(); 8];
+        }
+        let x = xq.quants.as_ptr().add(r0 * n_in);
+        // Step i multiplies block i, stores block i − 1's sums and scales block i − 2's: a tile
+        // store waits for its multiply, so it comes one multiply later, and the sums are read one
+        // store later.
+        for i in 0..nb + 2 {
+            if i < nb {
+                let (step, tile) = (first + i, ring.add((first + i) % RING * TILE_BYTES));
+                if i % 2 == 0 {
+                    tile_mul!("0", "2", "4", x.add(i * BLOCK), n_in, tile);
+                } else {
+                    tile_mul!("1", "3", "5", x.add(i * BLOCK), n_in, tile);
+                }
+                if step + AHEAD < steps {
+                    unpack(self.packed(base + step + AHEAD), ring.add((step + AHEAD) % RING * TILE_BYTES));
+                }
+            }
+            if (1..=nb).contains(&i) {
+                let buf = sums.0[(i - 1) % 2].as_mut_ptr();
+                if (i - 1) % 2 == 0 {
+                    tile_store!("4", buf);
+                } else {
+                    tile_store!("5", buf);
+                }
+            }
+            if i >= 2 {
+                self.scale(g, i - 2, nb, r0, rows, &sums.0[i % 2], xq, acc);
+            }
+        }
+        for (r, a) in acc.iter().enumerate().take(rows) {
+            // `hsum256`'s order: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+            let even = _mm512_add_ps(_mm512_add_ps(a[4], a[0]), _mm512_add_ps(a[6], a[2]));
+            let odd = _mm512_add_ps(_mm512_add_ps(a[5], a[1]), _mm512_add_ps(a[7], a[3]));
+            _mm512_storeu_ps(y.add((r0 + r) * n_out + g * TILE_OUTS), _mm512_add_ps(even, odd));
+        }
+    }
+
+    /// Block `b`'s sums (row r's 16 outputs at `sums[16 r ..]`) scaled into the accumulators.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn scale(&self, g: usize, b: usize, nb: usize, r0: usize, rows: usize, sums: &[i32; TILE_ROWS * TILE_OUTS], xq: &Q8Rows, acc: &mut Accumulators) {
+        let at = (g * nb + b) * TILE_OUTS;
+        let (d, m) = (_mm512_loadu_ps(self.d.as_ptr().add(at)), _mm512_loadu_ps(self.m.as_ptr().add(at)));
+        let lane = self.lanes[b] as usize;
+        for (r, acc) in acc.iter_mut().enumerate().take(rows) {
+            let s = _mm512_cvtepi32_ps(_mm512_loadu_si512(sums.as_ptr().add(r * TILE_OUTS) as *const _));
+            let (xs, xsum) = (xq.scales[(r0 + r) * nb + b], xq.scaled_sums[(r0 + r) * nb + b]);
+            let a = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xs)), s, acc[lane]);
+            acc[lane] = _mm512_fmadd_ps(m, _mm512_set1_ps(xsum), a);
+        }
+    }
+}
+
+/// Each block's lane in its chunk.
+fn lanes(nb: usize) -> Vec<u8> {
+    chunks(nb).flat_map(|(_, size)| 0..size as u8).collect()
+}
+
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Aligned<T>(T);
+
+/// Two tiles of 32-bit sums (16 rows of 16 outputs), taking turns.
+type Sums = Aligned<[[i32; TILE_ROWS * TILE_OUTS]; 2]>;
+/// Per activation row, the 8 lanes' accumulators for 16 outputs.
+type Accumulators = [[__m512; 8]; TILE_ROWS];
+
+struct Work {
+    /// Unpacked weight tiles, a ring of [`RING`].
+    ring: [Aligned<[u8; TILE_BYTES]>; RING],
+    sums: Sums,
+    acc: Accumulators,
+}
+
+thread_local! {
+    /// Each thread's buffers, kept between calls (zeroing them per group of 16 outputs was 3%
+    /// of a run).
+    static SCRATCH: std::cell::RefCell<Work> = const {
+        std::cell::RefCell::new(Work {
+            ring: [Aligned([0; TILE_BYTES]); RING],
+            sums: Aligned([[0; TILE_ROWS * TILE_OUTS]; 2]),
+            // SAFETY: all-zero bits are 0.0 in every lane.
+            acc: unsafe { std::mem::zeroed() },
+        })
+    };
+    /// The row count of the tile configuration this thread loaded last (0: none).
+    static CONFIGURED_ROWS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The tile shapes for `rows` activation rows: tiles 0 and 1 the activations (rows × 32 bytes),
+/// 2 and 3 the weights (8 × 64: 4 bytes of each of 16 outputs per row), 4 and 5 the sums (rows ×
+/// 16 32-bit lanes).
+///
+/// The configuration stays loaded (no `tilerelease`): loading one costs about as much as a whole
+/// call's multiplies for a few outputs, and a thread reloads it only when the row count changes.
+#[target_feature(enable = "avx512f")]
+unsafe fn configure(rows: usize) {
+    if CONFIGURED_ROWS.get() == rows {
+        return;
+    }
+    CONFIGURED_ROWS.set(rows);
+    #[repr(C, align(64))]
+    struct Config {
+        palette: u8,
+        start_row: u8,
+        reserved: [u8; 14],
+        colsb: [u16; 16],
+        rows: [u8; 16],
+    }
+    let mut c = Config { palette: 1, start_row: 0, reserved: [0; 14], colsb: [0; 16], rows: [0; 16] };
+    for t in 0..6 {
+        (c.colsb[t], c.rows[t]) = match t {
+            0 | 1 => (BLOCK as u16, rows as u8),
+            2 | 3 => (64, 8),
+            _ => (64, rows as u8),
+        };
+    }
+    // SAFETY: reads the 64-byte configuration.
+    asm!("ldtilecfg [{}]", in(reg) &c as *const Config, options(nostack, readonly));
+}
+
+
+
+/// One block's 256 stored bytes into the 512 bytes of its weight tile (low nibbles, then high).
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn unpack(src: *const u8, dst: *mut u8) {
+    let mask = _mm512_set1_epi8(0x0F);
+    for i in 0..4 {
+        let raw = _mm512_loadu_si512(src.add(64 * i) as *const _);
+        _mm512_store_si512(dst.add(64 * i) as *mut _, _mm512_and_si512(raw, mask));
+        _mm512_store_si512(dst.add(256 + 64 * i) as *mut _, _mm512_and_si512(_mm512_srli_epi16::<4>(raw), mask));
+    }
+}
