@@ -18,12 +18,15 @@ mod amx;
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 mod amx {
     #[derive(Debug, Clone)]
-    pub(super) struct AmxQ4;
-    impl AmxQ4 {
-        pub(super) fn from_ggml(_: &[u8], _: usize, _: usize, _: usize, _: &[f32], _: &[f32]) -> Option<AmxQ4> {
+    pub(super) struct AmxTiles;
+    impl AmxTiles {
+        pub(super) fn from_q4_ggml(_: &[u8], _: usize, _: usize, _: usize, _: &[f32], _: &[f32]) -> Option<AmxTiles> {
             None
         }
-        pub(super) fn stack(_: &[Option<&AmxQ4>], _: &[usize]) -> Option<AmxQ4> {
+        pub(super) fn from_q8(_: usize, _: usize, _: &[f32], _: impl Fn(usize) -> Vec<i8>) -> Option<AmxTiles> {
+            None
+        }
+        pub(super) fn stack(_: &[Option<&AmxTiles>], _: &[usize]) -> Option<AmxTiles> {
             None
         }
     }
@@ -51,6 +54,8 @@ pub struct Q8Matrix {
     /// fix-ups per row.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     wsum128: Vec<i32>,
+    /// The same weights in AMX's tile layout, where this process can run it.
+    amx: Option<amx::AmxTiles>,
 }
 
 /// Blocks per interleaved group: one 256-bit lane of 4 bytes per block.
@@ -532,6 +537,7 @@ impl Q8Matrix {
             scales: parts.iter().flat_map(|m| m.scales.iter().copied()).collect(),
             quants: parts.iter().flat_map(|m| m.quants.iter().copied()).collect(),
             wsum128: parts.iter().flat_map(|m| m.wsum128.iter().copied()).collect(),
+            amx: amx::AmxTiles::stack(&parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(), &parts.iter().map(|m| m.n_out).collect::<Vec<_>>()),
         })
     }
 
@@ -547,13 +553,14 @@ impl Q8Matrix {
                 wsum128.extend(plain.chunks_exact(BLOCK).map(|b| 128 * b.iter().map(|&q| q as i32).sum::<i32>()));
             }
         }
-        Q8Matrix { n_out, n_in, scales, quants, wsum128 }
+        let amx = amx::AmxTiles::from_q8(n_out, n_in, &scales, |o| deinterleave_row(&quants[o * n_in..(o + 1) * n_in]));
+        Q8Matrix { n_out, n_in, scales, quants, wsum128, amx }
     }
 
     /// Only the given rows, in that order (a vocabulary head restricted to some tokens).
     pub fn select_rows(&self, rows: &[u32]) -> Option<Q8Matrix> {
         let nb = self.n_in / BLOCK;
-        let mut out = Q8Matrix { n_out: rows.len(), n_in: self.n_in, scales: Vec::new(), quants: Vec::new(), wsum128: Vec::new() };
+        let mut out = Q8Matrix { n_out: rows.len(), n_in: self.n_in, scales: Vec::new(), quants: Vec::new(), wsum128: Vec::new(), amx: None };
         for &r in rows {
             let r = r as usize;
             out.scales.extend_from_slice(self.scales.get(r * nb..(r + 1) * nb)?);
@@ -744,10 +751,11 @@ impl Q8Matrix {
             }
         }
         for u in 0..U {
-            let w_scales = repeat_ps(self.scales.as_ptr().add((o + u) * nb + b0), SIZE);
+            // Block b0 + i's scales and sum in lane i ([`block_sums_first`]).
+            let w_scales = first_ps(self.scales.as_ptr().add((o + u) * nb + b0), SIZE);
             for j in 0..N {
-                let scales = _mm256_mul_ps(w_scales, repeat_ps(rows.xs[j].add(b0), SIZE));
-                acc[u][j] = _mm256_fmadd_ps(scales, _mm256_cvtepi32_ps(isum[u][j]), acc[u][j]);
+                let scales = _mm256_mul_ps(w_scales, first_ps(rows.xs[j].add(b0), SIZE));
+                acc[u][j] = _mm256_fmadd_ps(scales, _mm256_cvtepi32_ps(block_sums_first::<SIZE>(isum[u][j])), acc[u][j]);
             }
         }
     }
@@ -860,6 +868,14 @@ impl RowKernel for Q8Matrix {
     fn prepare(&self, xq: &mut Q8Rows) {
         xq.fill_unsigned_for_vnni();
     }
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
+        match &self.amx {
+            // SAFETY: the layout exists only where `amx::available()`; the rest is the caller's.
+            Some(tiles) if xq.n_rows >= tiles.min_rows(self.n_in) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
+            _ => 0,
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         if use_vnni512() {
@@ -946,8 +962,8 @@ pub struct Q4Matrix {
     m: Vec<f32>,      // (n_out, n_in / 32)
     nibbles: Vec<u8>, // (n_out, n_in / 2), each row packed by `pack_q4_row`
     /// The same weights in AMX's tile layout, where this process can run it (calls of
-    /// [`amx::min_rows`] rows or more take it).
-    amx: Option<amx::AmxQ4>,
+    /// `min_rows` rows or more take it).
+    amx: Option<amx::AmxTiles>,
 }
 
 /// Pack one row of 4-bit quants, given in plain order (`q[i]` is weight i, 0..15), as
@@ -994,7 +1010,7 @@ impl Q4Matrix {
             d: parts.iter().flat_map(|m| m.d.iter().copied()).collect(),
             m: parts.iter().flat_map(|m| m.m.iter().copied()).collect(),
             nibbles: parts.iter().flat_map(|m| m.nibbles.iter().copied()).collect(),
-            amx: amx::AmxQ4::stack(&parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(), &parts.iter().map(|m| m.n_out).collect::<Vec<_>>()),
+            amx: amx::AmxTiles::stack(&parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(), &parts.iter().map(|m| m.n_out).collect::<Vec<_>>()),
         })
     }
 
@@ -1035,7 +1051,7 @@ impl Q4Matrix {
                 pack_q4_row(&plain, packed);
             }
         }
-        let amx = amx::AmxQ4::from_ggml(bytes, n_out, n_in, block_bytes, &d, &m);
+        let amx = amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &d, &m);
         Some(Q4Matrix { n_out, n_in, d, m, nibbles, amx })
     }
 
@@ -1262,7 +1278,7 @@ impl RowKernel for Q4Matrix {
     unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
         match &self.amx {
             // SAFETY: the layout exists only where `amx::available()`; the rest is the caller's.
-            Some(tiles) if xq.n_rows >= amx::min_rows(self.n_in) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
+            Some(tiles) if xq.n_rows >= tiles.min_rows(self.n_in) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
             _ => 0,
         }
     }
@@ -1453,6 +1469,27 @@ mod tests {
                 }
                 // A range that does not start a group is left to VNNI.
                 assert_eq!(unsafe { tiles.rows(n_in, 8..n_out, &xq, ours.as_mut_ptr(), n_out) }, 0);
+            }
+        }
+        // Q8_0 the same way (signed tiles, no offset term).
+        for (n_out, n_in) in [(64, 576), (48, 1536), (35, 480), (32, 64), (16, 32), (67, 192)] {
+            let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 33), n_out, n_in).unwrap();
+            let tiles = q8.amx.as_ref().expect("AMX layout where AMX is available");
+            for n_rows in [1, 2, 3, 5, 9, 16, 17, 33] {
+                let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 34 + n_rows as u64), n_rows, n_in);
+                xq.fill_unsigned_for_vnni();
+                let (mut ours, mut vnni) = (vec![f32::NAN; n_out * n_rows], vec![0f32; n_out * n_rows]);
+                // SAFETY: as above.
+                let done = unsafe {
+                    q8.rows_vnni512(0..n_out, &xq, &mut vnni);
+                    tiles.rows(n_in, 0..n_out, &xq, ours.as_mut_ptr(), n_out)
+                };
+                assert_eq!(done, n_out / 16 * 16);
+                for r in 0..n_rows {
+                    for o in 0..done {
+                        assert_eq!(ours[r * n_out + o].to_bits(), vnni[o * n_rows + r].to_bits(), "q8_0 {n_out}x{n_in}, {n_rows} rows: row {r}, output {o}");
+                    }
+                }
             }
         }
         // Stacked parts keep their tiles; a part with a partial group leaves the stack without.

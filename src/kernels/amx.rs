@@ -24,15 +24,15 @@ use super::{chunks, Q8Rows, BLOCK};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
-/// Activations (tile `$a`, signed, row stride `$stride`) times weights (tile `$b`, unsigned, 64
-/// bytes per row) into a zeroed tile `$c`.
+/// Activations (tile `$a`, signed, row stride `$stride`) times weights (tile `$b`, 64 bytes per
+/// row; unsigned for `tdpbsud`, signed for `tdpbssd`) into a zeroed tile `$c`.
 macro_rules! tile_mul {
-    ($a:literal, $b:literal, $c:literal, $x:expr, $stride:expr, $w:expr) => {
+    ($op:literal, $a:literal, $b:literal, $c:literal, $x:expr, $stride:expr, $w:expr) => {
         asm!(
             concat!("tileloadd tmm", $a, ", [{x} + {stride}*1]"),
             concat!("tileloadd tmm", $b, ", [{w} + {row}*1]"),
             concat!("tilezero tmm", $c),
-            concat!("tdpbsud tmm", $c, ", tmm", $a, ", tmm", $b),
+            concat!($op, " tmm", $c, ", tmm", $a, ", tmm", $b),
             x = in(reg) $x, stride = in(reg) $stride, w = in(reg) $w, row = in(reg) 64usize,
             options(nostack)
         )
@@ -57,12 +57,15 @@ const AHEAD: usize = 8;
 const RING: usize = 16;
 /// Bytes of one group's block as stored: two weights per byte.
 const PACKED_BYTES: usize = TILE_BYTES / 2;
-/// The fewest activation rows for which a matrix `n_in` wide takes this path. Single thread, best
-/// of 4 alternating runs of 300 (`MENTOR_LAB_KERNEL=noamx` for the other), AMX against 512-bit
-/// VNNI: 576 wide (1536, 3072 and 576 outputs) 0.88–0.91x the time at 2 rows, 0.54–0.60x at 4,
-/// 0.32–0.35x at 16; 1536 wide (576 outputs) 1.27x at 2 rows, 1.01x at 4, 0.73x at 9, 0.62x at
-/// 16: long rows are where `vpdpbusd` does best, while a tile multiply costs the same per block.
-pub(super) fn min_rows(n_in: usize) -> usize {
+/// The fewest activation rows for which a 4-bit matrix `n_in` wide takes this path. Single
+/// thread, best of 4 alternating runs of 300 (`MENTOR_LAB_KERNEL=noamx` for the other), AMX
+/// against 512-bit VNNI: 576 wide (1536, 3072 and 576 outputs) 0.97–1.04x the time at 1 row,
+/// 0.88–0.91x at 2, 0.54–0.60x at 4, 0.32–0.35x at 16; 1536 wide (576 outputs) 1.27x at 2
+/// rows, 1.01x at 4, 0.73x at 9, 0.62x at 16: long rows are where `vpdpbusd` does best, while a
+/// tile multiply costs the same per block. Taking even single rows where it is as fast keeps one
+/// copy of those weights in the caches instead of two (`cost`, 2 threads: 2 tokens 1.18x a step
+/// with 2 rows as the least, 1.09–1.12x with 1).
+fn min_rows_q4(n_in: usize) -> usize {
     if n_in <= 1024 {
         1
     } else {
@@ -70,13 +73,28 @@ pub(super) fn min_rows(n_in: usize) -> usize {
     }
 }
 
-/// A [`super::Q4Matrix`]'s first `16 · groups` outputs in the tile layout (see the module).
+/// The same for Q8_0, whose `vpdpbusd` path has no nibbles to unpack, so tiles pay later (2
+/// threads, best of 3): the 49152 × 576 vocabulary head 1.16x the time at 1 row, 0.90x at 2,
+/// 0.47x at 9; 960 × 576 1.25x, 1.11x, 0.95x at 3; the draft's 192- and 640-wide matrices
+/// 0.86–1.31x at 1 row, 0.75–1.11x at 2, 0.58–0.93x at 3.
+fn min_rows_q8(n_out: usize, n_in: usize) -> usize {
+    match (n_out, n_in) {
+        (_, 1025..) => 4,
+        (4096.., _) => 2,
+        _ => 3,
+    }
+}
+
+/// A matrix's first `16 · groups` outputs in the tile layout: a [`super::Q4Matrix`]'s (see the
+/// module) or a [`super::Q8Matrix`]'s, whose signed bytes are stored as the tiles take them.
 #[derive(Debug, Clone)]
-pub(super) struct AmxQ4 {
+pub(super) struct AmxTiles {
     groups: usize,
-    nibbles: Vec<u8>, // (group, block, 256)
-    d: Vec<f32>,      // (group, block, 16)
-    m: Vec<f32>,      // (group, block, 16)
+    /// Q8_0 (signed weights, no offset term) rather than 4-bit.
+    signed: bool,
+    weights: Vec<u8>, // (group, block, 256 packed) or, signed, (group, block, 512)
+    d: Vec<f32>,      // (group, block, 16): the block scales
+    m: Vec<f32>,      // (group, block, 16): the 4-bit blocks' offsets; empty for Q8_0
     /// The accumulator lane of each block: its place in its chunk.
     lanes: Vec<u8>,
 }
@@ -115,16 +133,16 @@ fn request_tile_state() -> bool {
     ret == 0
 }
 
-impl AmxQ4 {
+impl AmxTiles {
     /// From GGML Q4 bytes (`block_bytes` 20 for Q4_1, 18 for Q4_0: the 16 quant bytes last) and
     /// the blocks' d and m; `None` where AMX is not available or there is no whole group.
-    pub(super) fn from_ggml(bytes: &[u8], n_out: usize, n_in: usize, block_bytes: usize, d: &[f32], m: &[f32]) -> Option<AmxQ4> {
+    pub(super) fn from_q4_ggml(bytes: &[u8], n_out: usize, n_in: usize, block_bytes: usize, d: &[f32], m: &[f32]) -> Option<AmxTiles> {
         let (groups, nb) = (n_out / TILE_OUTS, n_in / BLOCK);
         if !available() || groups == 0 || nb == 0 {
             return None;
         }
-        let mut out = AmxQ4 { groups, nibbles: vec![0; groups * nb * PACKED_BYTES], d: Vec::new(), m: Vec::new(), lanes: lanes(nb) };
-        for (gb, dst) in out.nibbles.chunks_exact_mut(PACKED_BYTES).enumerate() {
+        let mut out = AmxTiles { groups, signed: false, weights: vec![0; groups * nb * PACKED_BYTES], d: Vec::new(), m: Vec::new(), lanes: lanes(nb) };
+        for (gb, dst) in out.weights.chunks_exact_mut(PACKED_BYTES).enumerate() {
             let (g, b) = (gb / nb, gb % nb);
             for (p, byte) in dst.iter_mut().enumerate() {
                 let (o, k) = (g * TILE_OUTS + p % 64 / 4, 4 * (p / 64) + p % 4);
@@ -138,16 +156,47 @@ impl AmxQ4 {
         Some(out)
     }
 
-    /// The layouts of matrices stacked one after another, where each has one and whole groups
-    /// only (so that the groups follow each other as the outputs do).
-    pub(super) fn stack(parts: &[Option<&AmxQ4>], n_outs: &[usize]) -> Option<AmxQ4> {
-        let parts: Vec<&AmxQ4> = parts.iter().copied().collect::<Option<_>>()?;
-        if parts.is_empty() || n_outs.iter().zip(&parts).any(|(&n, p)| n != p.groups * TILE_OUTS || p.lanes != parts[0].lanes) {
+    /// The fewest activation rows for which this matrix (`n_in` wide) takes the tiles.
+    pub(super) fn min_rows(&self, n_in: usize) -> usize {
+        if self.signed {
+            min_rows_q8(self.groups * TILE_OUTS, n_in)
+        } else {
+            min_rows_q4(n_in)
+        }
+    }
+
+    /// From Q8_0 block scales `(n_out, n_in / 32)` and each output's weights in plain order.
+    pub(super) fn from_q8(n_out: usize, n_in: usize, scales: &[f32], plain_row: impl Fn(usize) -> Vec<i8>) -> Option<AmxTiles> {
+        let (groups, nb) = (n_out / TILE_OUTS, n_in / BLOCK);
+        if !available() || groups == 0 || nb == 0 {
             return None;
         }
-        Some(AmxQ4 {
+        let mut out = AmxTiles { groups, signed: true, weights: vec![0; groups * nb * TILE_BYTES], d: Vec::new(), m: Vec::new(), lanes: lanes(nb) };
+        for g in 0..groups {
+            let rows: Vec<Vec<i8>> = (0..TILE_OUTS).map(|n| plain_row(g * TILE_OUTS + n)).collect();
+            for b in 0..nb {
+                let tile = &mut out.weights[(g * nb + b) * TILE_BYTES..][..TILE_BYTES];
+                for (p, w) in tile.iter_mut().enumerate() {
+                    // Row t of the tile: weights 4t..4t + 3 of each of the 16 outputs.
+                    *w = rows[p % 64 / 4][b * BLOCK + 4 * (p / 64) + p % 4] as u8;
+                }
+                out.d.extend((0..TILE_OUTS).map(|n| scales[(g * TILE_OUTS + n) * nb + b]));
+            }
+        }
+        Some(out)
+    }
+
+    /// The layouts of matrices stacked one after another, where each has one and whole groups
+    /// only (so that the groups follow each other as the outputs do).
+    pub(super) fn stack(parts: &[Option<&AmxTiles>], n_outs: &[usize]) -> Option<AmxTiles> {
+        let parts: Vec<&AmxTiles> = parts.iter().copied().collect::<Option<_>>()?;
+        if parts.is_empty() || n_outs.iter().zip(&parts).any(|(&n, p)| n != p.groups * TILE_OUTS || p.lanes != parts[0].lanes || p.signed != parts[0].signed) {
+            return None;
+        }
+        Some(AmxTiles {
             groups: parts.iter().map(|p| p.groups).sum(),
-            nibbles: parts.iter().flat_map(|p| p.nibbles.iter().copied()).collect(),
+            signed: parts[0].signed,
+            weights: parts.iter().flat_map(|p| p.weights.iter().copied()).collect(),
             d: parts.iter().flat_map(|p| p.d.iter().copied()).collect(),
             m: parts.iter().flat_map(|p| p.m.iter().copied()).collect(),
             lanes: parts[0].lanes.clone(),
@@ -162,6 +211,16 @@ impl AmxQ4 {
     /// floats, and nothing else writes these outputs' columns meanwhile.
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
     pub(super) unsafe fn rows(&self, n_in: usize, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32, n_out: usize) -> usize {
+        if self.signed {
+            self.rows_of::<true>(n_in, outs, xq, y, n_out)
+        } else {
+            self.rows_of::<false>(n_in, outs, xq, y, n_out)
+        }
+    }
+
+    /// [`AmxTiles::rows`] for Q8_0 (`SIGNED`) or 4-bit weights.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
+    unsafe fn rows_of<const SIGNED: bool>(&self, n_in: usize, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32, n_out: usize) -> usize {
         if !outs.start.is_multiple_of(TILE_OUTS) {
             return 0;
         }
@@ -180,10 +239,12 @@ impl AmxQ4 {
                 let rows = (xq.n_rows - r0).div_ceil(n_tiles - t);
                 configure(rows);
                 for s in 0..AHEAD.min(steps) {
-                    unpack(self.packed(g0 * nb + s), ring.add(s % RING * TILE_BYTES));
+                    if !SIGNED {
+                        unpack(self.packed(g0 * nb + s), ring.add(s % RING * TILE_BYTES));
+                    }
                 }
                 for g in g0..g1 {
-                    self.group(g, (g - g0) * nb, steps, g0 * nb, r0, rows, nb, xq, ring, &mut work.sums, &mut work.acc, y, n_out);
+                    self.group::<SIGNED>(g, (g - g0) * nb, steps, g0 * nb, r0, rows, nb, xq, ring, &mut work.sums, &mut work.acc, y, n_out);
                 }
                 r0 += rows;
             }
@@ -194,7 +255,7 @@ impl AmxQ4 {
     /// Block `gb % nb` of group `gb / nb` as stored.
     #[inline]
     unsafe fn packed(&self, gb: usize) -> *const u8 {
-        self.nibbles.as_ptr().add(gb * PACKED_BYTES)
+        self.weights.as_ptr().add(gb * PACKED_BYTES)
     }
 
     /// Outputs `16 · g ..` for activation rows `r0 .. r0 + rows` into `y`. The call's blocks are
@@ -204,7 +265,7 @@ impl AmxQ4 {
     /// set at a time, measured 1.7x slower for 1 row).
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn group(
+    unsafe fn group<const SIGNED: bool>(
         &self, g: usize, first: usize, steps: usize, base: usize, r0: usize, rows: usize, nb: usize, xq: &Q8Rows, ring: *mut u8, sums: &mut Sums, acc: &mut Accumulators,
         y: *mut f32, n_out: usize,
     ) {
@@ -217,12 +278,19 @@ impl AmxQ4 {
         // store waits for its multiply, so it comes one multiply later, and the sums are read one
         // store later.
         for i in 0..nb + 2 {
-            if i < nb {
+            if i < nb && SIGNED {
+                let tile = self.weights.as_ptr().add((g * nb + i) * TILE_BYTES);
+                if i % 2 == 0 {
+                    tile_mul!("tdpbssd", "0", "2", "4", x.add(i * BLOCK), n_in, tile);
+                } else {
+                    tile_mul!("tdpbssd", "1", "3", "5", x.add(i * BLOCK), n_in, tile);
+                }
+            } else if i < nb {
                 let (step, tile) = (first + i, ring.add((first + i) % RING * TILE_BYTES));
                 if i % 2 == 0 {
-                    tile_mul!("0", "2", "4", x.add(i * BLOCK), n_in, tile);
+                    tile_mul!("tdpbsud", "0", "2", "4", x.add(i * BLOCK), n_in, tile);
                 } else {
-                    tile_mul!("1", "3", "5", x.add(i * BLOCK), n_in, tile);
+                    tile_mul!("tdpbsud", "1", "3", "5", x.add(i * BLOCK), n_in, tile);
                 }
                 if step + AHEAD < steps {
                     unpack(self.packed(base + step + AHEAD), ring.add((step + AHEAD) % RING * TILE_BYTES));
@@ -237,7 +305,7 @@ impl AmxQ4 {
                 }
             }
             if i >= 2 {
-                self.scale(g, i - 2, nb, r0, rows, &sums.0[i % 2], xq, acc);
+                self.scale::<SIGNED>(g, i - 2, nb, r0, rows, &sums.0[i % 2], xq, acc);
             }
         }
         for (r, a) in acc.iter().enumerate().take(rows) {
@@ -252,15 +320,20 @@ impl AmxQ4 {
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn scale(&self, g: usize, b: usize, nb: usize, r0: usize, rows: usize, sums: &[i32; TILE_ROWS * TILE_OUTS], xq: &Q8Rows, acc: &mut Accumulators) {
+    unsafe fn scale<const SIGNED: bool>(&self, g: usize, b: usize, nb: usize, r0: usize, rows: usize, sums: &[i32; TILE_ROWS * TILE_OUTS], xq: &Q8Rows, acc: &mut Accumulators) {
         let at = (g * nb + b) * TILE_OUTS;
-        let (d, m) = (_mm512_loadu_ps(self.d.as_ptr().add(at)), _mm512_loadu_ps(self.m.as_ptr().add(at)));
+        let d = _mm512_loadu_ps(self.d.as_ptr().add(at));
         let lane = self.lanes[b] as usize;
         for (r, acc) in acc.iter_mut().enumerate().take(rows) {
             let s = _mm512_cvtepi32_ps(_mm512_loadu_si512(sums.as_ptr().add(r * TILE_OUTS) as *const _));
-            let (xs, xsum) = (xq.scales[(r0 + r) * nb + b], xq.scaled_sums[(r0 + r) * nb + b]);
+            let xs = xq.scales[(r0 + r) * nb + b];
             let a = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xs)), s, acc[lane]);
-            acc[lane] = _mm512_fmadd_ps(m, _mm512_set1_ps(xsum), a);
+            acc[lane] = if SIGNED {
+                a
+            } else {
+                let m = _mm512_loadu_ps(self.m.as_ptr().add(at));
+                _mm512_fmadd_ps(m, _mm512_set1_ps(xq.scaled_sums[(r0 + r) * nb + b]), a)
+            };
         }
     }
 }
