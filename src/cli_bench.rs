@@ -28,7 +28,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0.7)]
     temperature: f32,
     /// Configurations: target, draft, fixed=K,tv=D, auto,tv=D, fixed=K,kl=D (add ,nobonus; auto
-    /// also copies from the context unless ,nolookup).
+    /// also copies from the context unless ,nolookup; ,noamx keeps Intel AMX tiles out of that
+    /// configuration's runs).
     /// Repeat the flag or separate with spaces.
     #[arg(long = "config", num_args = 1.., default_values_t = default_configs())]
     configs: Vec<String>,
@@ -54,6 +55,8 @@ pub struct BenchConfig {
     pub budget: f64,
     pub bonus: bool,
     pub lookup: bool,
+    /// Whether the kernels may use AMX tiles in this configuration's runs.
+    pub tiles: bool,
 }
 
 pub fn parse_config(s: &str) -> Result<BenchConfig> {
@@ -65,6 +68,7 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
         budget: 0.0,
         bonus: true,
         lookup: true,
+        tiles: true,
     };
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) = part.split_once('=').unwrap_or((part, ""));
@@ -79,7 +83,8 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
             }
             "nobonus" => c.bonus = false,
             "nolookup" => c.lookup = false,
-            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tv=D, kl=D, nobonus, nolookup"),
+            "noamx" => c.tiles = false,
+            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tv=D, kl=D, nobonus, nolookup, noamx"),
         }
     }
     Ok(c)
@@ -174,6 +179,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     eprint!("warm-up:");
     for c in &configs {
+        mentor_lab::kernels::set_tiles_enabled(c.tiles);
         engine.generate(&req_for(c, 1_000_003), &cancel, &mut |_| {})?;
         eprint!(" {}", c.label);
     }
@@ -187,6 +193,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let seed = s as u64;
             let shift = (repeat * args.seeds + s) % configs.len();
             for c in configs.iter().cycle().skip(shift).take(configs.len()) {
+                mentor_lab::kernels::set_tiles_enabled(c.tiles);
                 let g = engine.generate(&req_for(c, seed), &cancel, &mut |_| {})?;
                 let st = &g.stats;
                 eprint!(" {} {:.2}s", c.label, st.e2e_s);

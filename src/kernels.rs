@@ -33,6 +33,14 @@ mod amx {
 }
 
 pub const BLOCK: usize = 32;
+
+/// Whether multi-row calls may take the AMX tiles where the matrices have them (a switch for
+/// comparing runs in one process: `bench`'s `noamx`).
+static TILES_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+pub fn set_tiles_enabled(on: bool) {
+    TILES_ON.store(on, std::sync::atomic::Ordering::Relaxed);
+}
 /// Bytes of one GGML Q8_0 block: f16 scale + 32 × i8.
 const GGML_Q8_0_BYTES: usize = 34;
 /// Activation rows one kernel call handles together (accumulators in registers).
@@ -872,7 +880,7 @@ impl RowKernel for Q8Matrix {
     unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
         match &self.amx {
             // SAFETY: the layout exists only where `amx::available()`; the rest is the caller's.
-            Some(tiles) if xq.n_rows >= tiles.min_rows(self.n_in) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
+            Some(tiles) if xq.n_rows >= tiles.min_rows(self.n_in) && TILES_ON.load(std::sync::atomic::Ordering::Relaxed) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
             _ => 0,
         }
     }
@@ -1278,7 +1286,7 @@ impl RowKernel for Q4Matrix {
     unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
         match &self.amx {
             // SAFETY: the layout exists only where `amx::available()`; the rest is the caller's.
-            Some(tiles) if xq.n_rows >= tiles.min_rows(self.n_in) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
+            Some(tiles) if xq.n_rows >= tiles.min_rows(self.n_in) && TILES_ON.load(std::sync::atomic::Ordering::Relaxed) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
             _ => 0,
         }
     }

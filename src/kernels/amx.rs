@@ -62,12 +62,11 @@ const PACKED_BYTES: usize = TILE_BYTES / 2;
 /// against 512-bit VNNI: 576 wide (1536, 3072 and 576 outputs) 0.97–1.04x the time at 1 row,
 /// 0.88–0.91x at 2, 0.54–0.60x at 4, 0.32–0.35x at 16; 1536 wide (576 outputs) 1.27x at 2
 /// rows, 1.01x at 4, 0.73x at 9, 0.62x at 16: long rows are where `vpdpbusd` does best, while a
-/// tile multiply costs the same per block. Taking even single rows where it is as fast keeps one
-/// copy of those weights in the caches instead of two (`cost`, 2 threads: 2 tokens 1.18x a step
-/// with 2 rows as the least, 1.09–1.12x with 1).
+/// tile multiply costs the same per block. Single rows stay on `vpdpbusd`: taking them too made
+/// target-only `bench` runs slower (`qa`, 4 alternating pairs: 101 against 122 tok/s on average).
 fn min_rows_q4(n_in: usize) -> usize {
     if n_in <= 1024 {
-        1
+        2
     } else {
         4
     }
