@@ -359,4 +359,16 @@ mod tests {
         // A ratio that is infinite (a run timed at zero) stays infinite at its own rank.
         assert_eq!(quantile(vec![1.0, f64::INFINITY, 2.0], 1.0), f64::INFINITY);
     }
+
+    #[test]
+    fn configs_parse_with_their_switches_and_reject_unknown_parts() {
+        let c = parse_config("auto,tv=0,nolookup,noamx").unwrap();
+        assert_eq!((c.mode, c.draft_len, c.budget, c.lookup, c.tiles, c.bonus), (Mode::Speculative, DraftLen::Auto, 0.0, false, false, true));
+        let c = parse_config("fixed=8,kl=0.5,nobonus").unwrap();
+        assert_eq!((c.draft_len, c.rule, c.budget, c.bonus, c.tiles), (DraftLen::Fixed(8), MentorRule::Kl, 0.5, false, true));
+        assert_eq!(parse_config("target").unwrap().mode, Mode::Target);
+        let e = parse_config("auto,fast").unwrap_err().to_string();
+        assert!(e.contains("unknown part `fast`") && e.contains("noamx"), "{e}");
+        assert!(parse_config("fixed=8,tv=much").unwrap_err().to_string().contains("not a number"));
+    }
 }
