@@ -1,6 +1,7 @@
 //! `cargo bench`: the costs that decide whether speculation pays on this machine.
 //! * quantized matmul of k activation rows against a 576 x 1536 weight (one FFN matrix of the
-//!   default target): candle's matmul for each weight format, and our batched kernels (`ours_*`);
+//!   default target): candle's matmul for each weight format, and our batched kernels (`ours_*`,
+//!   with and without Intel AMX tiles where the CPU has them);
 //! * our Q8_0 kernel on the shipped draft's shapes (its 49152 x 192 output head dominates its step);
 //! * attention of the 3 heads that share a KV head on the default target (head size 64) over 256
 //!   and 1024 keys: one pass for the three (`together`) against one head at a time (`alone`);
@@ -37,6 +38,11 @@ fn matmul(c: &mut Criterion) {
         let x = Tensor::randn(0f32, 1f32, (k, 576), &dev).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
         group.bench_with_input(BenchmarkId::new("ours_q8_0", k), &k, |b, &k| b.iter(|| ours_q8.matmul(&x, k)));
         group.bench_with_input(BenchmarkId::new("ours_q4_1", k), &k, |b, &k| b.iter(|| ours_q4.matmul(&x, k)));
+        // The same without AMX tiles (where the CPU has them, the lines above use them from 2 rows).
+        mentor_lab::kernels::set_tiles_enabled(false);
+        group.bench_with_input(BenchmarkId::new("ours_q8_0_noamx", k), &k, |b, &k| b.iter(|| ours_q8.matmul(&x, k)));
+        group.bench_with_input(BenchmarkId::new("ours_q4_1_noamx", k), &k, |b, &k| b.iter(|| ours_q4.matmul(&x, k)));
+        mentor_lab::kernels::set_tiles_enabled(true);
     }
     group.finish();
 }

@@ -10,6 +10,12 @@
 //! weights with their own scale. The activations are quantized to Q8_0 per row, so a block's dot
 //! product is an exact integer sum times the two scales. Per (row, block) the arithmetic is the
 //! same whatever the number of rows, so a batched result equals the single-row result exactly.
+//!
+//! Paths on x86-64: AVX2, AVX-512 VNNI (256- and 512-bit) and, on Linux with Intel AMX, tile
+//! multiplies for calls of several rows ([`amx`]). They give the same results bit for bit: the
+//! integer block sums are exact in each, and each adds the scaled sums in one order (lane i of a
+//! chunk of blocks takes block i, then the 8 lanes are summed as `hsum256` does). The portable
+//! path (and NEON's on Arm) adds block by block; tests hold it to the SIMD results within 1e-3.
 
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
