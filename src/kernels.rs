@@ -159,6 +159,13 @@ struct Q8Rows {
     /// for the 512-bit 4-bit kernel (see [`pair_vectors`]); filled only when it will read it.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     quants_pair: Vec<i8>,
+    /// For the AMX tiles' two blocks per multiply, blocks 2j and 2j + 1 of all rows as one tile
+    /// of 2 · n_rows rows × 64 bytes: row r holds row r's block 2j then 32 zeros, row n_rows + r
+    /// 32 zeros then row r's block 2j + 1, so that a 64-deep multiply against both blocks'
+    /// weights leaves each block's sums in its own rows. Filled only where a kernel will read it
+    /// (rows ≤ 8, an even number of blocks).
+    #[cfg_attr(not(all(target_arch = "x86_64", target_os = "linux")), allow(dead_code))]
+    tile_pairs: Vec<i8>,
     /// scale · Σ quants of each block, (n_rows, n_in / 32): the 4-bit formats' offset term
     /// Σ_b m_b · s_b · Σ x_b is then a short dot product with the weights' m.
     scaled_sums: Vec<f32>,
@@ -250,7 +257,7 @@ fn finish_rows(n_rows: usize, n_in: usize, scales: Vec<f32>, quants: Vec<i8>, sc
             interleave_into(plain, il);
         }
     }
-    Q8Rows { n_rows, scales, quants, quants_il, quants_u8: Vec::new(), quants_pair: Vec::new(), scaled_sums }
+    Q8Rows { n_rows, scales, quants, quants_il, quants_u8: Vec::new(), quants_pair: Vec::new(), tile_pairs: Vec::new(), scaled_sums }
 }
 
 impl Q8Rows {
@@ -261,6 +268,27 @@ impl Q8Rows {
         if self.n_rows > 1 && use_vnni() {
             self.quants_u8 = self.quants_il.iter().map(|&q| (q as u8) ^ 0x80).collect();
         }
+    }
+
+    /// Fill `tile_pairs` (see there) where it fits.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    fn fill_tile_pairs(&mut self) {
+        let n_in = self.quants.len() / self.n_rows.max(1);
+        let nb = n_in / BLOCK;
+        if self.n_rows == 0 || self.n_rows > amx::MAX_PAIR_ROWS || !nb.is_multiple_of(2) {
+            return;
+        }
+        let rows = self.n_rows;
+        let mut t = vec![0i8; rows * n_in * 2];
+        for j in 0..nb / 2 {
+            let pair = &mut t[j * 2 * rows * 2 * BLOCK..][..2 * rows * 2 * BLOCK];
+            for r in 0..rows {
+                let x = &self.quants[r * n_in..];
+                pair[r * 2 * BLOCK..][..BLOCK].copy_from_slice(&x[2 * j * BLOCK..][..BLOCK]);
+                pair[(rows + r) * 2 * BLOCK + BLOCK..][..BLOCK].copy_from_slice(&x[(2 * j + 1) * BLOCK..][..BLOCK]);
+            }
+        }
+        self.tile_pairs = t;
     }
 
     /// Fill `quants_pair` where the 512-bit 4-bit kernel will read it.
@@ -881,6 +909,10 @@ impl RowKernel for Q8Matrix {
     #[cfg(target_arch = "x86_64")]
     fn prepare(&self, xq: &mut Q8Rows) {
         xq.fill_unsigned_for_vnni();
+        #[cfg(target_os = "linux")]
+        if self.amx.as_ref().is_some_and(|t| xq.n_rows >= t.min_rows(self.n_in)) {
+            xq.fill_tile_pairs();
+        }
     }
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
@@ -1286,6 +1318,10 @@ impl RowKernel for Q4Matrix {
     #[cfg(target_arch = "x86_64")]
     fn prepare(&self, xq: &mut Q8Rows) {
         xq.fill_pairs_for_wide();
+        #[cfg(target_os = "linux")]
+        if self.amx.as_ref().is_some_and(|t| xq.n_rows >= t.min_rows(self.n_in)) {
+            xq.fill_tile_pairs();
+        }
     }
     #[cfg(target_arch = "x86_64")]
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -1464,23 +1500,31 @@ mod tests {
             for n_rows in [1, 2, 3, 5, 9, 16, 17, 33] {
                 let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 32 + n_rows as u64), n_rows, n_in);
                 xq.fill_pairs_for_wide();
-                let (mut ours, mut vnni) = (vec![f32::NAN; n_out * n_rows], vec![0f32; n_out * n_rows]);
-                // SAFETY: `amx::available` implies AVX-512 VNNI, F, BW and VL; `ours` is n_rows × n_out.
-                let done = unsafe {
-                    q4.rows_vnni512(0..n_out, &xq, &mut vnni);
-                    tiles.rows(n_in, 0..n_out, &xq, ours.as_mut_ptr(), n_out)
-                };
-                assert_eq!(done, n_out / 16 * 16);
-                for r in 0..n_rows {
-                    for o in 0..n_out {
-                        let got = ours[r * n_out + o];
-                        if o < done {
-                            assert_eq!(got.to_bits(), vnni[o * n_rows + r].to_bits(), "{n_out}x{n_in}, {n_rows} rows: row {r}, output {o}");
-                        } else {
-                            assert!(got.is_nan(), "output {o} is past the whole groups and left alone");
+                let mut vnni = vec![0f32; n_out * n_rows];
+                // SAFETY: `amx::available` implies AVX-512 VNNI, F, BW and VL.
+                unsafe { q4.rows_vnni512(0..n_out, &xq, &mut vnni) };
+                // One block per multiply, then (where the rows and blocks allow) two.
+                for pairs in [false, true] {
+                    if pairs {
+                        xq.fill_tile_pairs();
+                    }
+                    let mut ours = vec![f32::NAN; n_out * n_rows];
+                    // SAFETY: as above; `ours` is n_rows × n_out.
+                    let done = unsafe { tiles.rows(n_in, 0..n_out, &xq, ours.as_mut_ptr(), n_out) };
+                    assert_eq!(done, n_out / 16 * 16);
+                    for r in 0..n_rows {
+                        for o in 0..n_out {
+                            let got = ours[r * n_out + o];
+                            if o < done {
+                                assert_eq!(got.to_bits(), vnni[o * n_rows + r].to_bits(), "{n_out}x{n_in}, {n_rows} rows, pairs {pairs}: row {r}, output {o}");
+                            } else {
+                                assert!(got.is_nan(), "output {o} is past the whole groups and left alone");
+                            }
                         }
                     }
                 }
+                assert_eq!(xq.tile_pairs.is_empty(), n_rows > 8 || !(n_in / 32).is_multiple_of(2), "pairs where they fit");
+                let mut ours = vec![0f32; n_out * n_rows];
                 // A range that does not start a group is left to VNNI.
                 assert_eq!(unsafe { tiles.rows(n_in, 8..n_out, &xq, ours.as_mut_ptr(), n_out) }, 0);
             }
@@ -1492,16 +1536,21 @@ mod tests {
             for n_rows in [1, 2, 3, 5, 9, 16, 17, 33] {
                 let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 34 + n_rows as u64), n_rows, n_in);
                 xq.fill_unsigned_for_vnni();
-                let (mut ours, mut vnni) = (vec![f32::NAN; n_out * n_rows], vec![0f32; n_out * n_rows]);
+                let mut vnni = vec![0f32; n_out * n_rows];
                 // SAFETY: as above.
-                let done = unsafe {
-                    q8.rows_vnni512(0..n_out, &xq, &mut vnni);
-                    tiles.rows(n_in, 0..n_out, &xq, ours.as_mut_ptr(), n_out)
-                };
-                assert_eq!(done, n_out / 16 * 16);
-                for r in 0..n_rows {
-                    for o in 0..done {
-                        assert_eq!(ours[r * n_out + o].to_bits(), vnni[o * n_rows + r].to_bits(), "q8_0 {n_out}x{n_in}, {n_rows} rows: row {r}, output {o}");
+                unsafe { q8.rows_vnni512(0..n_out, &xq, &mut vnni) };
+                for pairs in [false, true] {
+                    if pairs {
+                        xq.fill_tile_pairs();
+                    }
+                    let mut ours = vec![f32::NAN; n_out * n_rows];
+                    // SAFETY: as above.
+                    let done = unsafe { tiles.rows(n_in, 0..n_out, &xq, ours.as_mut_ptr(), n_out) };
+                    assert_eq!(done, n_out / 16 * 16);
+                    for r in 0..n_rows {
+                        for o in 0..done {
+                            assert_eq!(ours[r * n_out + o].to_bits(), vnni[o * n_rows + r].to_bits(), "q8_0 {n_out}x{n_in}, {n_rows} rows, pairs {pairs}: row {r}, output {o}");
+                        }
                     }
                 }
             }

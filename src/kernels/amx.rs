@@ -228,6 +228,7 @@ impl AmxTiles {
         if g1 <= g0 || xq.n_rows == 0 || nb == 0 {
             return 0;
         }
+        let pairs = xq.tile_pairs.len() == xq.n_rows * n_in * 2 && xq.n_rows <= MAX_PAIR_ROWS && nb.is_multiple_of(2);
         SCRATCH.with_borrow_mut(|work| {
             let ring = work.ring.as_mut_ptr() as *mut u8;
             let steps = (g1 - g0) * nb;
@@ -236,14 +237,19 @@ impl AmxTiles {
             let mut r0 = 0;
             for t in 0..n_tiles {
                 let rows = (xq.n_rows - r0).div_ceil(n_tiles - t);
-                configure(rows);
+                configure(rows, pairs);
                 for s in 0..AHEAD.min(steps) {
                     if !SIGNED {
                         unpack(self.packed(g0 * nb + s), ring.add(s % RING * TILE_BYTES));
                     }
                 }
                 for g in g0..g1 {
-                    self.group::<SIGNED>(g, (g - g0) * nb, steps, g0 * nb, r0, rows, nb, xq, ring, &mut work.sums, &mut work.acc, y, n_out);
+                    let at = Step { g, first: (g - g0) * nb, steps, base: g0 * nb, r0, rows, nb };
+                    if pairs {
+                        self.group::<SIGNED, true>(at, xq, ring, &mut work.sums, &mut work.acc, y, n_out);
+                    } else {
+                        self.group::<SIGNED, false>(at, xq, ring, &mut work.sums, &mut work.acc, y, n_out);
+                    }
                 }
                 r0 += rows;
             }
@@ -259,43 +265,43 @@ impl AmxTiles {
 
     /// Outputs `16 · g ..` for activation rows `r0 .. r0 + rows` into `y`. The call's blocks are
     /// one sequence of `steps` (this group's start at `first`, the call's first block at `base`
-    /// of the stored ones): step s multiplies the weight tile in ring slot s % RING and unpacks
-    /// step s + AHEAD's. Two tile sets take turns (storing a tile right after its multiply, one
-    /// set at a time, measured 1.7x slower for 1 row).
+    /// of the stored ones): block s's weight tile is in ring slot s % RING, unpacked AHEAD
+    /// blocks before. Two tile sets take turns (storing a tile right after its multiply, one set
+    /// at a time, measured 1.7x slower for 1 row). With `PAIR`, each multiply takes two blocks
+    /// (see [`Q8Rows::tile_pairs`]).
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn group<const SIGNED: bool>(
-        &self, g: usize, first: usize, steps: usize, base: usize, r0: usize, rows: usize, nb: usize, xq: &Q8Rows, ring: *mut u8, sums: &mut Sums, acc: &mut Accumulators,
-        y: *mut f32, n_out: usize,
-    ) {
+    unsafe fn group<const SIGNED: bool, const PAIR: bool>(&self, at: Step, xq: &Q8Rows, ring: *mut u8, sums: &mut Sums, acc: &mut Accumulators, y: *mut f32, n_out: usize) {
+        let Step { g, first, steps, base, r0, rows, nb } = at;
         let n_in = nb * BLOCK;
+        let span = if PAIR { 2 } else { 1 };
         for a in acc.iter_mut().take(rows) {
             *a = [_mm512_setzero_ps(); 8];
         }
-        let x = xq.quants.as_ptr().add(r0 * n_in);
-        // Step i multiplies block i, stores block i − 1's sums and scales block i − 2's: a tile
+        // The activation tile of step i: rows of one block, or a pair's 2 · rows rows of 64 bytes.
+        let (x, x_stride) = if PAIR { (xq.tile_pairs.as_ptr(), 2 * BLOCK) } else { (xq.quants.as_ptr().add(r0 * n_in), n_in) };
+        let x_step = if PAIR { 2 * rows * 2 * BLOCK } else { BLOCK };
+        // Step i multiplies its blocks, stores step i − 1's sums and scales step i − 2's: a tile
         // store waits for its multiply, so it comes one multiply later, and the sums are read one
         // store later.
-        for i in 0..nb + 2 {
-            if i < nb && SIGNED {
-                let tile = self.weights.as_ptr().add((g * nb + i) * TILE_BYTES);
-                if i % 2 == 0 {
-                    tile_mul!("tdpbssd", "0", "2", "4", x.add(i * BLOCK), n_in, tile);
-                } else {
-                    tile_mul!("tdpbssd", "1", "3", "5", x.add(i * BLOCK), n_in, tile);
+        let n = nb / span;
+        for i in 0..n + 2 {
+            if i < n {
+                let b = span * i;
+                let tile = if SIGNED { self.weights.as_ptr().add((g * nb + b) * TILE_BYTES) } else { ring.add((first + b) % RING * TILE_BYTES) as *const u8 };
+                match (SIGNED, i % 2) {
+                    (true, 0) => tile_mul!("tdpbssd", "0", "2", "4", x.add(i * x_step), x_stride, tile),
+                    (true, _) => tile_mul!("tdpbssd", "1", "3", "5", x.add(i * x_step), x_stride, tile),
+                    (false, 0) => tile_mul!("tdpbsud", "0", "2", "4", x.add(i * x_step), x_stride, tile),
+                    (false, _) => tile_mul!("tdpbsud", "1", "3", "5", x.add(i * x_step), x_stride, tile),
                 }
-            } else if i < nb {
-                let (step, tile) = (first + i, ring.add((first + i) % RING * TILE_BYTES));
-                if i % 2 == 0 {
-                    tile_mul!("tdpbsud", "0", "2", "4", x.add(i * BLOCK), n_in, tile);
-                } else {
-                    tile_mul!("tdpbsud", "1", "3", "5", x.add(i * BLOCK), n_in, tile);
-                }
-                if step + AHEAD < steps {
-                    unpack(self.packed(base + step + AHEAD), ring.add((step + AHEAD) % RING * TILE_BYTES));
+                if !SIGNED {
+                    for s in first + b + AHEAD..(first + b + span + AHEAD).min(steps) {
+                        unpack(self.packed(base + s), ring.add(s % RING * TILE_BYTES));
+                    }
                 }
             }
-            if (1..=nb).contains(&i) {
+            if (1..=n).contains(&i) {
                 let buf = sums.0[(i - 1) % 2].as_mut_ptr();
                 if (i - 1) % 2 == 0 {
                     tile_store!("4", buf);
@@ -304,7 +310,11 @@ impl AmxTiles {
                 }
             }
             if i >= 2 {
-                self.scale::<SIGNED>(g, i - 2, nb, r0, rows, &sums.0[i % 2], xq, acc);
+                for half in 0..span {
+                    // A pair's second block sums in the rows after the first's.
+                    let sums = sums.0[i % 2].as_ptr().add(half * rows * TILE_OUTS);
+                    self.scale::<SIGNED>(g, span * (i - 2) + half, nb, r0, rows, sums, xq, acc);
+                }
             }
         }
         for (r, a) in acc.iter().enumerate().take(rows) {
@@ -315,16 +325,16 @@ impl AmxTiles {
         }
     }
 
-    /// Block `b`'s sums (row r's 16 outputs at `sums[16 r ..]`) scaled into the accumulators.
+    /// Block `b`'s sums (row r's 16 outputs at `sums + 16 r`) scaled into the accumulators.
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn scale<const SIGNED: bool>(&self, g: usize, b: usize, nb: usize, r0: usize, rows: usize, sums: &[i32; TILE_ROWS * TILE_OUTS], xq: &Q8Rows, acc: &mut Accumulators) {
+    unsafe fn scale<const SIGNED: bool>(&self, g: usize, b: usize, nb: usize, r0: usize, rows: usize, sums: *const i32, xq: &Q8Rows, acc: &mut Accumulators) {
         let at = (g * nb + b) * TILE_OUTS;
         let d = _mm512_loadu_ps(self.d.as_ptr().add(at));
         let lane = self.lanes[b] as usize;
         for (r, acc) in acc.iter_mut().enumerate().take(rows) {
-            let s = _mm512_cvtepi32_ps(_mm512_loadu_si512(sums.as_ptr().add(r * TILE_OUTS) as *const _));
+            let s = _mm512_cvtepi32_ps(_mm512_loadu_si512(sums.add(r * TILE_OUTS) as *const _));
             let xs = xq.scales[(r0 + r) * nb + b];
             let a = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xs)), s, acc[lane]);
             acc[lane] = if SIGNED {
@@ -345,6 +355,21 @@ fn lanes(nb: usize) -> Vec<u8> {
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 struct Aligned<T>(T);
+
+/// Where a group's multiplies start (see [`AmxTiles::group`]).
+#[derive(Clone, Copy)]
+struct Step {
+    g: usize,
+    first: usize,
+    steps: usize,
+    base: usize,
+    r0: usize,
+    rows: usize,
+    nb: usize,
+}
+
+/// The most activation rows that take blocks in pairs (two blocks' rows fill a 16-row tile).
+pub(super) const MAX_PAIR_ROWS: usize = TILE_ROWS / 2;
 
 /// Two tiles of 32-bit sums (16 rows of 16 outputs), taking turns.
 type Sums = Aligned<[[i32; TILE_ROWS * TILE_OUTS]; 2]>;
@@ -369,22 +394,24 @@ thread_local! {
             acc: unsafe { std::mem::zeroed() },
         })
     };
-    /// The row count of the tile configuration this thread loaded last (0: none).
-    static CONFIGURED_ROWS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// The tile shapes this thread loaded last (2 · rows + pairs; 0: none).
+    static CONFIGURED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The tile shapes for `rows` activation rows: tiles 0 and 1 the activations (rows × 32 bytes),
 /// 2 and 3 the weights (8 × 64: 4 bytes of each of 16 outputs per row), 4 and 5 the sums (rows ×
-/// 16 32-bit lanes).
+/// 16 32-bit lanes); for pairs of blocks, twice the rows of activations and sums, 64 bytes of
+/// activations per row and 16 rows of weights.
 ///
 /// The configuration stays loaded (no `tilerelease`): loading one costs about as much as a whole
-/// call's multiplies for a few outputs, and a thread reloads it only when the row count changes.
+/// call's multiplies for a few outputs, and a thread reloads it only when the shapes change.
 #[target_feature(enable = "avx512f")]
-unsafe fn configure(rows: usize) {
-    if CONFIGURED_ROWS.get() == rows {
+unsafe fn configure(rows: usize, pairs: bool) {
+    let key = rows * 2 + pairs as usize;
+    if CONFIGURED.get() == key {
         return;
     }
-    CONFIGURED_ROWS.set(rows);
+    CONFIGURED.set(key);
     #[repr(C, align(64))]
     struct Config {
         palette: u8,
@@ -394,11 +421,12 @@ unsafe fn configure(rows: usize) {
         rows: [u8; 16],
     }
     let mut c = Config { palette: 1, start_row: 0, reserved: [0; 14], colsb: [0; 16], rows: [0; 16] };
+    let span = if pairs { 2 } else { 1 };
     for t in 0..6 {
         (c.colsb[t], c.rows[t]) = match t {
-            0 | 1 => (BLOCK as u16, rows as u8),
-            2 | 3 => (64, 8),
-            _ => (64, rows as u8),
+            0 | 1 => ((span * BLOCK) as u16, (span * rows) as u8),
+            2 | 3 => (64, (span * 8) as u8),
+            _ => (64, (span * rows) as u8),
         };
     }
     // SAFETY: reads the 64-byte configuration.
