@@ -1484,6 +1484,39 @@ mod tests {
         }
     }
 
+    /// The AMX path on `xq` against the VNNI kernel's `vnni` ((out, row) layout), bit for bit,
+    /// with one block per multiply and then, where the rows and blocks allow, two; the outputs
+    /// past the whole groups of 16 are left alone, and a range that does not start a group is left
+    /// to VNNI.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    fn assert_tiles_give(tiles: &amx::AmxTiles, xq: &mut Q8Rows, vnni: &[f32], n_out: usize, n_in: usize, label: &str) {
+        let n_rows = xq.n_rows;
+        for pairs in [false, true] {
+            if pairs {
+                xq.fill_tile_pairs();
+            }
+            let mut ours = vec![f32::NAN; n_out * n_rows];
+            // SAFETY: the callers checked `amx::available` (AVX-512 F and BW with it); `ours` is
+            // n_rows × n_out.
+            let done = unsafe { tiles.rows(n_in, 0..n_out, xq, ours.as_mut_ptr(), n_out) };
+            assert_eq!(done, n_out / 16 * 16);
+            for r in 0..n_rows {
+                for o in 0..n_out {
+                    let got = ours[r * n_out + o];
+                    if o < done {
+                        assert_eq!(got.to_bits(), vnni[o * n_rows + r].to_bits(), "{label} {n_out}x{n_in}, {n_rows} rows, pairs {pairs}: row {r}, output {o}");
+                    } else {
+                        assert!(got.is_nan(), "output {o} is past the whole groups and left alone");
+                    }
+                }
+            }
+        }
+        assert_eq!(xq.tile_pairs.is_empty(), n_rows > 8 || !(n_in / 32).is_multiple_of(2), "pairs where they fit");
+        let mut ours = vec![0f32; n_out * n_rows];
+        // SAFETY: as above.
+        assert_eq!(unsafe { tiles.rows(n_in, 8..n_out, xq, ours.as_mut_ptr(), n_out) }, 0);
+    }
+
     /// Where this process can run AMX, the tile path gives the 512-bit VNNI kernel's results bit
     /// for bit, for any number of rows (one tile of up to 16, or several), for whole groups of 16
     /// outputs (the rest go to VNNI), and for the chunk shapes of every width.
@@ -1503,30 +1536,7 @@ mod tests {
                 let mut vnni = vec![0f32; n_out * n_rows];
                 // SAFETY: `amx::available` implies AVX-512 VNNI, F, BW and VL.
                 unsafe { q4.rows_vnni512(0..n_out, &xq, &mut vnni) };
-                // One block per multiply, then (where the rows and blocks allow) two.
-                for pairs in [false, true] {
-                    if pairs {
-                        xq.fill_tile_pairs();
-                    }
-                    let mut ours = vec![f32::NAN; n_out * n_rows];
-                    // SAFETY: as above; `ours` is n_rows × n_out.
-                    let done = unsafe { tiles.rows(n_in, 0..n_out, &xq, ours.as_mut_ptr(), n_out) };
-                    assert_eq!(done, n_out / 16 * 16);
-                    for r in 0..n_rows {
-                        for o in 0..n_out {
-                            let got = ours[r * n_out + o];
-                            if o < done {
-                                assert_eq!(got.to_bits(), vnni[o * n_rows + r].to_bits(), "{n_out}x{n_in}, {n_rows} rows, pairs {pairs}: row {r}, output {o}");
-                            } else {
-                                assert!(got.is_nan(), "output {o} is past the whole groups and left alone");
-                            }
-                        }
-                    }
-                }
-                assert_eq!(xq.tile_pairs.is_empty(), n_rows > 8 || !(n_in / 32).is_multiple_of(2), "pairs where they fit");
-                let mut ours = vec![0f32; n_out * n_rows];
-                // A range that does not start a group is left to VNNI.
-                assert_eq!(unsafe { tiles.rows(n_in, 8..n_out, &xq, ours.as_mut_ptr(), n_out) }, 0);
+                assert_tiles_give(tiles, &mut xq, &vnni, n_out, n_in, "q4_1");
             }
         }
         // Q8_0 the same way (signed tiles, no offset term).
@@ -1539,20 +1549,7 @@ mod tests {
                 let mut vnni = vec![0f32; n_out * n_rows];
                 // SAFETY: as above.
                 unsafe { q8.rows_vnni512(0..n_out, &xq, &mut vnni) };
-                for pairs in [false, true] {
-                    if pairs {
-                        xq.fill_tile_pairs();
-                    }
-                    let mut ours = vec![f32::NAN; n_out * n_rows];
-                    // SAFETY: as above.
-                    let done = unsafe { tiles.rows(n_in, 0..n_out, &xq, ours.as_mut_ptr(), n_out) };
-                    assert_eq!(done, n_out / 16 * 16);
-                    for r in 0..n_rows {
-                        for o in 0..done {
-                            assert_eq!(ours[r * n_out + o].to_bits(), vnni[o * n_rows + r].to_bits(), "q8_0 {n_out}x{n_in}, {n_rows} rows, pairs {pairs}: row {r}, output {o}");
-                        }
-                    }
-                }
+                assert_tiles_give(tiles, &mut xq, &vnni, n_out, n_in, "q8_0");
             }
         }
         // Stacked parts keep their tiles; a part with a partial group leaves the stack without.
