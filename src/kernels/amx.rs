@@ -1,17 +1,21 @@
-//! The 4-bit kernel's multi-row calls on Intel AMX (Advanced Matrix Extensions, Linux on x86-64).
+//! The 4-bit and Q8_0 kernels' multi-row calls on Intel AMX (Advanced Matrix Extensions, Linux
+//! on x86-64).
 //!
 //! Why: with `vpdpbusd` every activation row costs its own multiply-adds, block-scale arithmetic
 //! and horizontal sums, so a verify row cost ~15% of a single-token step. An AMX tile multiply
-//! (`tdpbsud`) takes up to 16 activation rows × 32 weights of one block against 16 outputs' 32
-//! weights at once, and leaves whole block sums for 16 outputs in each row of its result: the
-//! per-row work left is one conversion and two multiply-adds per block for 16 outputs at a time.
+//! (`tdpbsud`, `tdpbssd` for Q8_0's signed weights) takes up to 16 activation rows × 32 weights
+//! of one block against 16 outputs' 32 weights at once, and leaves whole block sums for 16
+//! outputs in each row of its result: the per-row work left is one conversion and one or two
+//! multiply-adds per block for 16 outputs at a time. Up to 8 rows, one multiply takes two blocks
+//! ([`super::Q8Rows::tile_pairs`]).
 //!
 //! Exactness: the tile's integer block sums equal the `vpdpbusd` ones, and the float arithmetic is
 //! the other paths' in the same order: lane i of a chunk of blocks ([`super::chunks`]) accumulates
 //! block b0 + i (`(d·s)·sum`, then `m·(s·Σx)`), and the 8 lanes are added as `hsum256` adds them.
 //! So a verify row gives a single-token step's result bit for bit (`amx_equals_the_vnni_kernel`).
 //!
-//! Layout: per group of 16 outputs and block, the 256 GGML bytes that unpack (low nibbles, then high
+//! Layout (Q8_0: the weight tiles as they are, 512 bytes per group of 16 outputs and block; 4-bit
+//! below): per group of 16 outputs and block, the 256 GGML bytes that unpack (low nibbles, then high
 //! nibbles) straight into the weight tile's 8 × 64 bytes, whose row t holds weights 4t..4t + 3 of
 //! each of the 16 outputs: byte p holds weight 4·(p / 64) + p % 4 (low nibble) and that + 16 (high)
 //! of output p % 64 / 4, which is byte 4·(p / 64) + p % 4 of the output's GGML block as it is.
