@@ -47,6 +47,12 @@ static TILES_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::
 pub fn set_tiles_enabled(on: bool) {
     TILES_ON.store(on, std::sync::atomic::Ordering::Relaxed);
 }
+
+/// A matrix's AMX tiles where a call of `n_rows` rows takes them (switched on, and enough rows).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn tiles_for(tiles: &Option<amx::AmxTiles>, n_rows: usize, n_in: usize) -> Option<&amx::AmxTiles> {
+    tiles.as_ref().filter(|t| n_rows >= t.min_rows(n_in) && TILES_ON.load(std::sync::atomic::Ordering::Relaxed))
+}
 /// Bytes of one GGML Q8_0 block: f16 scale + 32 × i8.
 const GGML_Q8_0_BYTES: usize = 34;
 /// Activation rows one kernel call handles together (accumulators in registers).
@@ -910,16 +916,16 @@ impl RowKernel for Q8Matrix {
     fn prepare(&self, xq: &mut Q8Rows) {
         xq.fill_unsigned_for_vnni();
         #[cfg(target_os = "linux")]
-        if self.amx.as_ref().is_some_and(|t| xq.n_rows >= t.min_rows(self.n_in)) {
+        if tiles_for(&self.amx, xq.n_rows, self.n_in).is_some() {
             xq.fill_tile_pairs();
         }
     }
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
-        match &self.amx {
+        match tiles_for(&self.amx, xq.n_rows, self.n_in) {
             // SAFETY: the layout exists only where `amx::available()`; the rest is the caller's.
-            Some(tiles) if xq.n_rows >= tiles.min_rows(self.n_in) && TILES_ON.load(std::sync::atomic::Ordering::Relaxed) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
-            _ => 0,
+            Some(tiles) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
+            None => 0,
         }
     }
     #[cfg(target_arch = "x86_64")]
@@ -1319,17 +1325,17 @@ impl RowKernel for Q4Matrix {
     fn prepare(&self, xq: &mut Q8Rows) {
         xq.fill_pairs_for_wide();
         #[cfg(target_os = "linux")]
-        if self.amx.as_ref().is_some_and(|t| xq.n_rows >= t.min_rows(self.n_in)) {
+        if tiles_for(&self.amx, xq.n_rows, self.n_in).is_some() {
             xq.fill_tile_pairs();
         }
     }
     #[cfg(target_arch = "x86_64")]
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
-        match &self.amx {
+        match tiles_for(&self.amx, xq.n_rows, self.n_in) {
             // SAFETY: the layout exists only where `amx::available()`; the rest is the caller's.
-            Some(tiles) if xq.n_rows >= tiles.min_rows(self.n_in) && TILES_ON.load(std::sync::atomic::Ordering::Relaxed) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
-            _ => 0,
+            Some(tiles) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
+            None => 0,
         }
     }
     #[cfg(target_arch = "x86_64")]
