@@ -283,14 +283,56 @@ impl AdaptivePolicy {
             return out;
         };
         for (n, at) in out.iter_mut().enumerate().skip(1) {
-            if let (Some(one), Some(now), Some(next)) = (self.verify_cost(1), self.verify_cost(n + 1), self.verify_cost(n + 2)) {
-                // One more row costs at least the average row so far: two noisy medians that
-                // happen to be close (or inverted) must not make the next row look free.
-                let row = (next - now).max((next - one) / (n + 1) as f64).max(0.0);
+            if let Some(row) = self.row_cost(n) {
                 *at = best * (t_draft + row) / self.alpha.max(1e-6);
             }
         }
         out
+    }
+
+    /// What one more verify row costs after `n` proposed tokens (n + 1 rows). At least the average
+    /// row so far: two noisy medians that happen to be close (or inverted) must not make the next
+    /// row look free.
+    fn row_cost(&self, n: usize) -> Option<f64> {
+        let (one, now, next) = (self.verify_cost(1)?, self.verify_cost(n + 1)?, self.verify_cost(n + 2)?);
+        Some((next - now).max((next - one) / (n + 1) as f64).max(0.0))
+    }
+
+    /// How many of the `available` tokens a copy from the context offers (after a match of
+    /// `matched` tokens) to append to a round that has drafted `n_drafted` tokens with the model,
+    /// all surviving with estimated probability `p_prefix`; 0: go on with the model (or stop).
+    /// A copied token costs a verify row and no draft step. Copying starts only where the copy's
+    /// next token is worth more per cost than the model's would be, and goes on, like the depth
+    /// rule, while p_prefix · α_copy per row beats the best rate expected.
+    pub fn copy_tail_len(&self, p_prefix: f64, n_drafted: usize, matched: usize, available: usize) -> usize {
+        let (Some(t_draft), Some(best)) = (self.t_draft.median(), self.best_rate()) else {
+            return 0;
+        };
+        let a = self.alpha_lookup(matched);
+        let mut p = p_prefix;
+        let mut n = 0;
+        while n < available && n_drafted + n < MAX_DRAFT_LEN {
+            let Some(row) = self.row_cost(n_drafted + n) else {
+                break;
+            };
+            let beats_model = n > 0 || a * (t_draft + row) >= self.alpha * row;
+            if !beats_model || p * a < best * row {
+                break;
+            }
+            p *= a;
+            n += 1;
+        }
+        n
+    }
+
+    /// Record copies appended to a drafting round ([`Self::copy_tail_len`]) that verification
+    /// reached: `n_proposed` copied after a match of `matched` tokens, `n_accepted` accepted. The
+    /// round itself (timing, the model's acceptance) is recorded by [`Self::observe`].
+    pub fn observe_copies(&mut self, matched: usize, n_proposed: usize, n_accepted: usize) {
+        if n_proposed > 0 {
+            let a = &mut self.alpha_lookup[crate::lookup::match_class(matched)];
+            *a = moved(*a, n_proposed, n_accepted);
+        }
     }
 
     /// Estimated probability that the target accepts a drafted token the draft gave probability
@@ -639,6 +681,32 @@ mod tests {
         // Cheaper verify rows make a doubtful prefix worth extending.
         let cheap = trained(0.55, 0.0015, |n| 0.0117 + 0.0004 * (n - 1) as f64).depth_thresholds();
         assert!(cheap[1] < 0.45, "{}", cheap[1]);
+    }
+
+    #[test]
+    fn a_drafted_round_goes_on_by_copying_while_that_pays() {
+        let mut p = code_costs(0.55);
+        // Copies after 10+ token matches (prior 0.9) cost a verify row each (1.6 ms) against a
+        // best rate of 104.7 tokens/s: one more is worth it while p_prefix · 0.9 ≥ 0.1675, so
+        // after one sure drafted token (0.9) the copy runs until 0.9^17 < 0.1675: 15 tokens, which
+        // also fills the round to MAX_DRAFT_LEN.
+        assert_eq!(p.copy_tail_len(0.9, 1, 12, 16), MAX_DRAFT_LEN - 1);
+        assert_eq!(p.copy_tail_len(0.9, 1, 12, 3), 3, "no more than offered");
+        assert_eq!(p.copy_tail_len(0.9, MAX_DRAFT_LEN, 12, 8), 0, "the round is full");
+        assert_eq!(p.copy_tail_len(0.5, 1, 12, 16), 10, "0.5 · 0.9^11 < 0.1675");
+        // A doubtful prefix is not worth a row, however good the copy.
+        assert_eq!(p.copy_tail_len(0.15, 1, 12, 16), 0);
+        // Copies after 3-token matches that keep failing lose to the draft model's next token.
+        for _ in 0..30 {
+            p.observe_copies(3, 2, 0);
+        }
+        assert!(p.alpha_lookup(3) < 0.05);
+        assert_eq!(p.copy_tail_len(0.9, 1, 3, 16), 0);
+        // Only the copies' estimate moved.
+        assert_eq!((p.alpha(), p.t_draft.median()), (0.55, Some(0.0015)));
+        assert_eq!(p.alpha_lookup(12), LOOKUP_PRIOR[3]);
+        // Before the costs are known nothing is appended.
+        assert_eq!(AdaptivePolicy::default().copy_tail_len(0.9, 1, 12, 16), 0);
     }
 
     #[test]

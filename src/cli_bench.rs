@@ -28,7 +28,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0.7)]
     temperature: f32,
     /// Configurations: target, draft, fixed=K,tv=D, auto,tv=D, fixed=K,kl=D (add ,nobonus; auto
-    /// also copies from the context unless ,nolookup; ,noamx keeps Intel AMX tiles out of that
+    /// also copies from the context unless ,nolookup, and after drafted tokens unless ,notail; ,noamx keeps Intel AMX tiles out of that
     /// configuration's runs).
     /// Repeat the flag or separate with spaces.
     #[arg(long = "config", num_args = 1.., default_values_t = default_configs())]
@@ -55,6 +55,8 @@ pub struct BenchConfig {
     pub budget: f64,
     pub bonus: bool,
     pub lookup: bool,
+    /// With `lookup`: whether a round drafted by the model may end with a copy (off: `,notail`).
+    pub copy_tail: bool,
     /// Whether the kernels may use AMX tiles in this configuration's runs.
     pub tiles: bool,
 }
@@ -68,6 +70,7 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
         budget: 0.0,
         bonus: true,
         lookup: true,
+        copy_tail: true,
         tiles: true,
     };
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -83,8 +86,9 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
             }
             "nobonus" => c.bonus = false,
             "nolookup" => c.lookup = false,
+            "notail" => c.copy_tail = false,
             "noamx" => c.tiles = false,
-            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tv=D, kl=D, nobonus, nolookup, noamx"),
+            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tv=D, kl=D, nobonus, nolookup, notail, noamx"),
         }
     }
     Ok(c)
@@ -175,6 +179,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         budget: c.budget,
         bonus: c.bonus,
         lookup: c.lookup,
+        copy_tail: c.copy_tail,
         ..base.clone()
     };
     eprint!("warm-up:");

@@ -91,6 +91,10 @@ pub struct GenerateRequest {
     /// With an adaptive draft length, also draft by copying from the context where the policy
     /// expects that to pay ([`crate::lookup`]; `--no-lookup` turns this off).
     pub lookup: bool,
+    /// With copying on: a round that drafted with the model may go on by copying where its
+    /// drafted tokens led back to a passage of the context (`--no-copy-tail` turns this off: a
+    /// round then copies from its start or not at all).
+    pub copy_tail: bool,
 }
 
 impl Default for GenerateRequest {
@@ -108,6 +112,7 @@ impl Default for GenerateRequest {
             draft_len: DraftLen::default(),
             bonus: true,
             lookup: true,
+            copy_tail: true,
         }
     }
 }
@@ -183,9 +188,11 @@ pub struct RoundInfo {
     pub n_emitted: usize,
     pub draft_s: f64,
     pub verify_s: f64,
-    /// The proposal was copied from the context, not drafted by the model.
+    /// Of `n_proposed`: the tokens copied from the context. They come last: a round copies from
+    /// its start, or drafts with the model and then copies where the drafted tokens led back to a
+    /// passage of the context.
     #[serde(default)]
-    pub copied: bool,
+    pub n_copied: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -593,9 +600,8 @@ pub fn generate_speculative(
         if let Some(stop) = copy.iter().position(|x| !req.ignore_eos && run.tok.stop_ids.contains(x)) {
             copy.truncate(stop + 1);
         }
-        let copied = !copy.is_empty();
         let k_wanted = match req.draft_len {
-            _ if copied => 0,
+            _ if !copy.is_empty() => 0,
             DraftLen::Fixed(k) => k,
             // The policy decides whether to draft; how far, token by token below.
             DraftLen::Auto => match policy.next_len(MAX_DRAFT_LEN) {
@@ -610,6 +616,9 @@ pub fn generate_speculative(
         let mut drafts: Vec<u32> = Vec::with_capacity(k_cap.max(copy.len()));
         let mut q_dists: Vec<Vec<f32>> = Vec::with_capacity(k_cap.max(copy.len()));
         let mut scratch = run.context.clone();
+        // drafts[..n_model] come from the draft model, the rest are copies after a match of
+        // `copy_matched` tokens.
+        let (mut n_model, mut copy_matched) = (0, matched);
         for &x in &copy {
             drafts.push(x);
             q_dists.push(crate::lookup::point_mass(x, n_vocab));
@@ -641,9 +650,33 @@ pub fn generate_speculative(
                 drafts.push(x);
                 q_dists.push(q);
                 scratch.push(x);
+                n_model += 1;
                 let is_stop = !req.ignore_eos && run.tok.stop_ids.contains(&x);
                 if i + 1 == k_cap || is_stop || run.cancel.load(Ordering::Relaxed) {
                     break;
+                }
+                // Where the drafted tokens lead back to a passage of the context, the round goes on
+                // by copying it (no draft forward per token) while that pays; like the depth rule,
+                // this looks only at the tokens proposed so far.
+                if auto && req.lookup && req.copy_tail {
+                    if let Some((tail, m)) = crate::lookup::propose_matched(&scratch, k_cap - i - 1) {
+                        let n = policy.copy_tail_len(p_prefix, drafts.len(), m, tail.len());
+                        let a = policy.alpha_lookup(m);
+                        for &y in tail.iter().take(n) {
+                            p_prefix *= a;
+                            survival_sum += p_prefix;
+                            drafts.push(y);
+                            q_dists.push(crate::lookup::point_mass(y, n_vocab));
+                            scratch.push(y);
+                            if !req.ignore_eos && run.tok.stop_ids.contains(&y) {
+                                break;
+                            }
+                        }
+                        if n > 0 {
+                            copy_matched = m;
+                            break;
+                        }
+                    }
                 }
                 // From the tokens drafted so far only: the next position's outcome stays the
                 // target's whether it is drafted or not (see `crate::adaptive`).
@@ -665,20 +698,22 @@ pub fn generate_speculative(
         let mut rows = tmodel.forward_lazy(&feed)?;
         // The output head first for the rows this round will likely use (see `likely_rows`); the
         // rest only if the walk below gets that far.
-        let likely = match copied {
-            true => likely_rows(policy.alpha_lookup(matched), drafts.len()),
-            false => ((1.0 + survival_sum).ceil() as usize).clamp(1, drafts.len() + 1),
+        let n_copied = drafts.len() - n_model;
+        let likely = match n_model {
+            0 if n_copied > 0 => likely_rows(policy.alpha_lookup(matched), drafts.len()),
+            _ => ((1.0 + survival_sum).ceil() as usize).clamp(1, drafts.len() + 1),
         };
         tmodel.lazy_rows(&mut rows, likely)?;
         let mut verify_s = t_verify.elapsed().as_secs_f64();
         // Accept: walk the drafted tokens in order; the first rejection ends the round. The budget
         // is the draft model's to spend: copies are verified losslessly (π = p), so that a large
         // budget follows the draft, not the context's repetitions.
-        let budget = if copied { 0.0 } else { req.budget };
         let mut n_accepted = 0;
         let mut rejected = false;
         for (i, (&x, q)) in drafts.iter().zip(&q_dists).enumerate() {
             let pos = (base - run.n_prompt + i) as u64;
+            let copied = i >= n_model;
+            let budget = if copied { 0.0 } else { req.budget };
             let logits = verify_row(tmodel, &mut rows, i, &mut verify_s)?;
             let ((p, mixed), log_z) = beside_log_z(logits, n_vocab, true, || {
                 let p = probabilities(logits, &scratch[..base + i], &req.sampling, n_vocab);
@@ -751,19 +786,22 @@ pub fn generate_speculative(
         run.stats.n_rounds += 1;
         run.stats.n_drafted += k;
         run.stats.n_accepted += n_accepted;
-        if copied {
-            run.stats.n_copied += k;
-            run.stats.n_copied_accepted += n_accepted;
-        }
+        run.stats.n_copied += n_copied;
+        run.stats.n_copied_accepted += n_accepted.saturating_sub(n_model);
         run.stats.draft_s += draft_s;
         run.stats.verify_s += verify_s;
         // The policy weighs whole rounds: the acceptance walk's sampling and mixing cost per token
         // too, and a round at k = 0 pays them as well.
-        if copied {
-            policy.observe_lookup(matched, k, n_accepted, t_round.elapsed().as_secs_f64() - draft_s);
+        let round_s = t_round.elapsed().as_secs_f64() - draft_s;
+        if n_model == 0 && n_copied > 0 {
+            policy.observe_lookup(matched, k, n_accepted, round_s);
         } else {
-            let draft_token_s = crate::adaptive::draft_token_s(k, draft_s, caught_up, catch_up_s);
-            policy.observe(k, n_accepted, draft_token_s, t_round.elapsed().as_secs_f64() - draft_s);
+            let draft_token_s = crate::adaptive::draft_token_s(n_model, draft_s, caught_up, catch_up_s);
+            policy.observe(k, n_accepted, draft_token_s, round_s);
+            // The copies were verified only if every drafted token before them was accepted.
+            if n_copied > 0 && n_accepted >= n_model {
+                policy.observe_copies(copy_matched, n_copied, n_accepted - n_model);
+            }
         }
         let info = RoundInfo {
             index: round,
@@ -772,7 +810,7 @@ pub fn generate_speculative(
             n_emitted: run.context.len() - base,
             draft_s,
             verify_s,
-            copied,
+            n_copied,
         };
         run.rounds.push(info.clone());
         (run.on_event)(GenEvent::Round(info));

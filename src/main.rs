@@ -140,6 +140,9 @@ struct GenerateArgs {
     /// With --draft-len auto: never draft by copying from the context.
     #[arg(long)]
     no_lookup: bool,
+    /// With --draft-len auto: copy only from a round's start, never after tokens drafted by the model.
+    #[arg(long)]
+    no_copy_tail: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -302,6 +305,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
         draft_len: args.draft_len,
         bonus: !args.no_bonus,
         lookup: !args.no_lookup,
+        copy_tail: !args.no_copy_tail,
     };
     req.validate()?;
     if req.prompt.trim().is_empty() {

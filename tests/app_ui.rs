@@ -98,7 +98,7 @@ fn script_run(rig: &Rig, run_id: u64) {
         rig.send(EngineEvent::Token { run_id, pane: Pane::Mentored, token: token(*id, w, *s, *r), t_s: 0.05 * (i + 1) as f64 });
     }
     for index in 0..2 {
-        let round = RoundInfo { index, n_proposed: 4, n_accepted: 3 - index, n_emitted: 3, draft_s: 0.01, verify_s: 0.02, copied: false };
+        let round = RoundInfo { index, n_proposed: 4, n_accepted: 3 - index, n_emitted: 3, draft_s: 0.01, verify_s: 0.02, n_copied: 0 };
         rig.send(EngineEvent::Round { run_id, pane: Pane::Mentored, round, t_s: 0.1 * (index + 1) as f64 });
     }
     rig.send(EngineEvent::Finished { run_id, pane: Pane::Mentored, stats: stats(0.25, 2.4), cancelled: false });

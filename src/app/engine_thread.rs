@@ -449,7 +449,7 @@ mod tests {
         let p = FramePacer::default();
         p.set_fixed(Some(Duration::from_millis(120)));
         let started = EngineEvent::Started { run_id: 1, pane: Pane::Target };
-        let round = EngineEvent::Round { run_id: 1, pane: Pane::Mentored, round: RoundInfo { index: 0, n_proposed: 4, n_accepted: 2, n_emitted: 3, draft_s: 0.01, verify_s: 0.02, copied: false }, t_s: 0.1 };
+        let round = EngineEvent::Round { run_id: 1, pane: Pane::Mentored, round: RoundInfo { index: 0, n_proposed: 4, n_accepted: 2, n_emitted: 3, draft_s: 0.01, verify_s: 0.02, n_copied: 0 }, t_s: 0.1 };
         let progress = EngineEvent::SweepProgress { run_id: 1, done: 1, total: 4 };
         let done = EngineEvent::Done { run_id: 1 };
         let error = EngineEvent::Error { run_id: Some(1), message: "x".into() };
