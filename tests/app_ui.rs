@@ -385,6 +385,31 @@ fn sweep_sends_the_grid_and_plots_the_frontier() {
     h.get_by_label_contains("sweep budget `lots`");
 }
 
+/// What changes size while a run streams (the stats filling in as the target pane finishes, a new
+/// row in the runs table) asks egui for no frame at once: such a frame is drawn on the cores the
+/// engine is using (an `egui::Grid` that changes size does ask, which cost the mentored pane a
+/// ~30 ms frame at its start under software GL).
+#[test]
+fn a_pane_finishing_mid_run_asks_for_no_extra_frame() {
+    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = harness(app);
+    h.get_by_label("Run").click();
+    h.run_steps(2);
+    let (run_id, ..) = compare_of(rig.commands());
+    rig.send(EngineEvent::Started { run_id, pane: Pane::Target });
+    for (i, w) in ["The", " moon", " glowed"].iter().enumerate() {
+        rig.send(EngineEvent::Token { run_id, pane: Pane::Target, token: token(i as u32, w, TokenSource::Target, 0), t_s: 0.1 * (i + 1) as f64 });
+    }
+    h.run_steps(3);
+    rig.send(EngineEvent::Finished { run_id, pane: Pane::Target, stats: stats(12.345, 1.9), cancelled: false });
+    rig.send(EngineEvent::Started { run_id, pane: Pane::Mentored });
+    rig.send(EngineEvent::Token { run_id, pane: Pane::Mentored, token: token(0, "The", TokenSource::DraftAccepted, 0), t_s: 0.05 });
+    h.step();
+    assert!(h.query_by_label("12.35 s").is_some(), "the target's stats are shown");
+    let delays: Vec<_> = h.output().viewport_output.values().map(|v| v.repaint_delay).collect();
+    assert!(delays.iter().all(|d| !d.is_zero()), "egui asked for another frame at once: {delays:?}");
+}
+
 fn snapshot(dark: bool, name: &str) {
     let (app, rig) = app_with(Settings::default(), no_dialogs());
     let mut h = Harness::builder()

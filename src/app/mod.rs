@@ -337,6 +337,27 @@ pub fn panels_by_clearing(ctx: &egui::Context) {
     ctx.all_styles_mut(|s| s.visuals.panel_fill = egui::Color32::TRANSPARENT);
 }
 
+/// One row of a table whose columns have fixed widths (`widths`, points); `cell(i, ui)` fills
+/// column i, left-aligned and cut to its width. The tables of the window are drawn this way rather
+/// than with `egui::Grid`: a grid whose cells change size (a value appearing where "–" was, a new
+/// row) asks for another frame at once, and while a run streams that frame is drawn on the cores
+/// the engine is using — under software GL ~30 ms each, right as the mentored pane starts (seen
+/// with `Context::repaint_causes` under `measure-ui`).
+pub(crate) fn table_row(ui: &mut egui::Ui, widths: &[f32], striped: bool, mut cell: impl FnMut(usize, &mut egui::Ui)) {
+    let height = ui.text_style_height(&egui::TextStyle::Body) + ui.spacing().item_spacing.y;
+    let (rect, _) = ui.allocate_exact_size(egui::vec2(widths.iter().sum(), height), egui::Sense::hover());
+    if striped {
+        ui.painter().rect_filled(rect, 2.0, ui.visuals().faint_bg_color);
+    }
+    let mut x = rect.min.x;
+    for (i, &w) in widths.iter().enumerate() {
+        let at = egui::Rect::from_min_size(egui::pos2(x, rect.min.y), egui::vec2(w, height));
+        let layout = egui::Layout::left_to_right(egui::Align::Center);
+        ui.scope_builder(egui::UiBuilder::new().max_rect(at.shrink2(egui::vec2(2.0, 0.0))).layout(layout), |ui| cell(i, ui));
+        x += w;
+    }
+}
+
 /// The window's clear colour: the panel colour of the theme in use (see [`panels_by_clearing`]).
 pub fn clear_color(visuals: &egui::Visuals) -> [f32; 4] {
     let theme = if visuals.dark_mode { egui::Visuals::dark() } else { egui::Visuals::light() };

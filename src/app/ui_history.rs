@@ -29,24 +29,31 @@ fn runs_table_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         }
     });
     egui::ScrollArea::both().id_salt("runs").stick_to_bottom(true).show(ui, |ui| {
-        egui::Grid::new("runs-grid").striped(true).num_columns(8).show(ui, |ui| {
-            for h in ["config", "acceptance", "rounds", "e2e s", "tok/s", "speedup", "target NLL", "seed"] {
-                ui.strong(h);
-            }
-            ui.end_row();
-            let mono = |s: String| RichText::new(s).monospace();
-            for r in &app.history {
-                ui.label(&r.config).on_hover_text(&r.prompt);
-                ui.label(mono(if r.config == "target" { "–".into() } else { format!("{:.1}%", 100.0 * r.acceptance) }));
-                ui.label(mono(if r.config == "target" { "–".into() } else { r.rounds.to_string() }));
-                ui.label(mono(format!("{:.2}", r.e2e_s)));
-                ui.label(mono(format!("{:.1}", r.tok_s)));
-                ui.label(mono(if r.speedup.is_finite() { format!("{:.2}×", r.speedup) } else { "–".into() }));
-                ui.label(mono(format!("{:.3}", r.target_nll)));
-                ui.label(mono(r.seed.to_string()));
-                ui.end_row();
-            }
+        const HEADERS: [&str; 8] = ["config", "acceptance", "rounds", "e2e s", "tok/s", "speedup", "target NLL", "seed"];
+        const WIDTHS: [f32; 8] = [124.0, 74.0, 50.0, 46.0, 50.0, 56.0, 70.0, 40.0];
+        super::table_row(ui, &WIDTHS, false, |i, ui| {
+            ui.strong(HEADERS[i]);
         });
+        let mono = |s: String| RichText::new(s).monospace();
+        for (row, r) in app.history.iter().enumerate() {
+            let not_target = |s: String| if r.config == "target" { "–".to_string() } else { s };
+            super::table_row(ui, &WIDTHS, row % 2 == 0, |i, ui| {
+                let text = match i {
+                    0 => RichText::new(&r.config),
+                    1 => mono(not_target(format!("{:.1}%", 100.0 * r.acceptance))),
+                    2 => mono(not_target(r.rounds.to_string())),
+                    3 => mono(format!("{:.2}", r.e2e_s)),
+                    4 => mono(format!("{:.1}", r.tok_s)),
+                    5 => mono(if r.speedup.is_finite() { format!("{:.2}×", r.speedup) } else { "–".into() }),
+                    6 => mono(format!("{:.3}", r.target_nll)),
+                    _ => mono(r.seed.to_string()),
+                };
+                let cell = ui.add(egui::Label::new(text).truncate());
+                if i == 0 {
+                    cell.on_hover_text(&r.prompt);
+                }
+            });
+        }
     });
 }
 

@@ -148,18 +148,20 @@ fn stats_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
         ("mean target NLL (quality)", t.map(|s| s.mean_target_nll), m.map(|s| s.mean_target_nll), 3, ""),
         ("mean realised TV(π, p)", None, m.map(|s| s.mean_tv), 3, ""),
     ];
-    egui::Grid::new("stats").striped(true).num_columns(3).show(ui, |ui| {
-        ui.strong("");
-        ui.strong("Target only");
-        ui.strong("Mentored");
-        ui.end_row();
-        for (label, target_value, mentored_value, digits, unit) in rows {
-            ui.label(label);
-            ui.label(num(target_value, digits, unit));
-            ui.label(num(mentored_value, digits, unit));
-            ui.end_row();
-        }
+    const WIDTHS: [f32; 3] = [250.0, 90.0, 90.0];
+    super::table_row(ui, &WIDTHS, false, |i, ui| {
+        ui.strong(["", "Target only", "Mentored"][i]);
     });
+    for (row, (label, target_value, mentored_value, digits, unit)) in rows.into_iter().enumerate() {
+        super::table_row(ui, &WIDTHS, row % 2 == 0, |i, ui| {
+            let text = match i {
+                0 => RichText::new(label),
+                1 => num(target_value, digits, unit),
+                _ => num(mentored_value, digits, unit),
+            };
+            ui.add(egui::Label::new(text).truncate());
+        });
+    }
 }
 
 /// Seconds over which the live rate plot counts tokens.
