@@ -150,8 +150,9 @@ impl FramePacer {
     /// ([`Self::interval`]) shows them just as well and leaves the cores to the engine (every
     /// frame costs CPU, and much more where the GPU does not draw). So do the other events of a
     /// run in progress (a pane starting or finishing while the other is still to run, a sweep's
-    /// points): drawn at once, each cost two frames while the engine was busy (egui draws twice
-    /// per immediate request). What ends a run, errors and loading are drawn at once.
+    /// points): drawn at once, each cost two frames while the engine was busy (the second one asked
+    /// for by the `egui::Grid`s of that time, whose cells had changed size; see
+    /// `app::table_row`). What ends a run, errors and loading are drawn at once.
     pub fn wake_for(&self, ev: &EngineEvent) -> Option<Duration> {
         let mid_run = matches!(
             ev,
