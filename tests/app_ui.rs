@@ -105,6 +105,17 @@ fn script_run(rig: &Rig, run_id: u64) {
     rig.send(EngineEvent::Done { run_id });
 }
 
+/// The app with default settings after Run was pressed: the harness, the engine's rig and the
+/// run id of the Compare command sent.
+fn run_pressed() -> (Harness<'static, MentorApp>, Rig, u64) {
+    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = harness(app);
+    h.get_by_label("Run").click();
+    h.run_steps(2);
+    let (run_id, ..) = compare_of(rig.commands());
+    (h, rig, run_id)
+}
+
 fn compare_of(cmds: Vec<EngineCommand>) -> (u64, Option<mentor_lab::GenerateRequest>, mentor_lab::GenerateRequest, std::sync::Arc<std::sync::atomic::AtomicBool>) {
     let compares: Vec<_> = cmds
         .into_iter()
@@ -198,11 +209,7 @@ fn run_and_stop_send_the_right_commands() {
 
 #[test]
 fn scripted_stream_renders_tokens_with_provenance_and_hover() {
-    let (app, rig) = app_with(Settings::default(), no_dialogs());
-    let mut h = harness(app);
-    h.get_by_label("Run").click();
-    h.run_steps(2);
-    let (run_id, ..) = compare_of(rig.commands());
+    let (mut h, rig, run_id) = run_pressed();
     script_run(&rig, run_id);
     h.run_steps(3);
     let view = &h.state().view;
@@ -237,11 +244,7 @@ fn scripted_stream_renders_tokens_with_provenance_and_hover() {
 
 #[test]
 fn engine_errors_show_and_the_app_stays_usable() {
-    let (app, rig) = app_with(Settings::default(), no_dialogs());
-    let mut h = harness(app);
-    h.get_by_label("Run").click();
-    h.run_steps(2);
-    let (run_id, ..) = compare_of(rig.commands());
+    let (mut h, rig, run_id) = run_pressed();
     rig.send(EngineEvent::Error { run_id: Some(run_id), message: "the prompt is empty: type a prompt".into() });
     rig.send(EngineEvent::Done { run_id });
     h.run_steps(2);
@@ -272,11 +275,7 @@ fn engine_errors_show_and_the_app_stays_usable() {
 
 #[test]
 fn stale_run_events_are_ignored() {
-    let (app, rig) = app_with(Settings::default(), no_dialogs());
-    let mut h = harness(app);
-    h.get_by_label("Run").click();
-    h.run_steps(2);
-    let (first, ..) = compare_of(rig.commands());
+    let (mut h, rig, first) = run_pressed();
     h.get_by_label("Stop").click();
     h.run_steps(1);
     rig.send(EngineEvent::Done { run_id: first });
@@ -391,11 +390,7 @@ fn sweep_sends_the_grid_and_plots_the_frontier() {
 /// ~30 ms frame at its start under software GL).
 #[test]
 fn a_pane_finishing_mid_run_asks_for_no_extra_frame() {
-    let (app, rig) = app_with(Settings::default(), no_dialogs());
-    let mut h = harness(app);
-    h.get_by_label("Run").click();
-    h.run_steps(2);
-    let (run_id, ..) = compare_of(rig.commands());
+    let (mut h, rig, run_id) = run_pressed();
     rig.send(EngineEvent::Started { run_id, pane: Pane::Target });
     for (i, w) in ["The", " moon", " glowed"].iter().enumerate() {
         rig.send(EngineEvent::Token { run_id, pane: Pane::Target, token: token(i as u32, w, TokenSource::Target, 0), t_s: 0.1 * (i + 1) as f64 });
