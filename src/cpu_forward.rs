@@ -104,11 +104,17 @@ pub(crate) struct CpuModel {
     pub cos: Vec<f32>,
     pub sin: Vec<f32>,
     cache: Cache,
+    /// Layers whose output (the residual stream after them) a forward keeps in `tap_out`, for a
+    /// feature draft reading this model ([`FeatureInput`]).
+    pub taps: Vec<usize>,
+    /// The last forward's tapped residual streams, `(n_new, taps.len() · n_embd)`: per row the
+    /// taps in order.
+    pub tap_out: Vec<f32>,
 }
 
 impl CpuModel {
     pub fn new(layers: Vec<Layer>, out_norm: Vec<f32>, cos: Vec<f32>, sin: Vec<f32>) -> CpuModel {
-        CpuModel { layers, out_norm, cos, sin, cache: Cache::default() }
+        CpuModel { layers, out_norm, cos, sin, cache: Cache::default(), taps: Vec::new(), tap_out: Vec::new() }
     }
 
     /// Make room for `needed` positions, keeping the first `keep` (capacity doubles).
@@ -150,6 +156,9 @@ impl CpuModel {
         let n = x.len() / d;
         let eps = cfg.rms_eps as f32;
         let mut h = vec![0f32; x.len()];
+        let n_taps = self.taps.len();
+        self.tap_out.clear();
+        self.tap_out.resize(n * n_taps * d, 0.0);
         for (l, layer) in self.layers.iter().enumerate() {
             rms_norm(&x, &layer.attn_norm, eps, &mut h);
             let mut qkv = layer.qkv.apply(&h, n);
@@ -169,6 +178,11 @@ impl CpuModel {
             let act = silu_mul(&gu[0], &gu[1]);
             let down = layer.down.apply(&act, n);
             x.iter_mut().zip(&down).for_each(|(x, o)| *x += o);
+            if let Some(t) = self.taps.iter().position(|&t| t == l) {
+                for (row, out) in x.chunks_exact(d).zip(self.tap_out.chunks_exact_mut(n_taps * d)) {
+                    out[t * d..][..d].copy_from_slice(row);
+                }
+            }
         }
         rms_norm(&x, &self.out_norm, eps, &mut h);
         h
@@ -207,6 +221,53 @@ impl SmallHead {
             }
         }
         full
+    }
+}
+
+/// What turns a feature draft's inputs into its block's input (`train/eagle.py`): at position t,
+/// the target's feature (its final normed hidden state plus `lift` of its RMS-normed residual
+/// streams after the tapped blocks) and the embedding of the token at t + 1, joined by `fc`.
+#[derive(Debug, Clone)]
+pub(crate) struct FeatureInput {
+    /// `(n_embd, 2 · n_embd)` over `[embedding, feature]`.
+    pub fc: Mat,
+    /// The target's blocks whose outputs the feature reads, with one norm weight each.
+    pub taps: Vec<usize>,
+    pub tap_norms: Vec<Vec<f32>>,
+    /// `(n_embd, taps · n_embd)`; none without taps.
+    pub lift: Option<Mat>,
+    /// The target width the draft was trained on.
+    pub target_embd: usize,
+}
+
+impl FeatureInput {
+    /// Features `(n, d)` from the target's final hidden states `f: (n, d)` and its tapped residual
+    /// streams `taps: (n, taps · d)`.
+    pub fn lift(&self, f: &[f32], taps: &[f32], eps: f32) -> Vec<f32> {
+        let Some(lift) = &self.lift else { return f.to_vec() };
+        let d = self.target_embd;
+        let n = f.len() / d;
+        let mut normed = vec![0f32; taps.len()];
+        for (row, out) in taps.chunks_exact(d * self.taps.len()).zip(normed.chunks_exact_mut(d * self.taps.len())) {
+            for ((x, o), w) in row.chunks_exact(d).zip(out.chunks_exact_mut(d)).zip(&self.tap_norms) {
+                rms_norm(x, w, eps, o);
+            }
+        }
+        let mut out = lift.apply(&normed, n);
+        out.iter_mut().zip(f).for_each(|(o, f)| *o += f);
+        out
+    }
+
+    /// The block's input `(n, d)` from embeddings `emb: (n, d)` and features `feats: (n, d)`.
+    pub fn input(&self, emb: &[f32], feats: &[f32]) -> Vec<f32> {
+        let d = self.target_embd;
+        let n = emb.len() / d;
+        let mut joined = Vec::with_capacity(2 * n * d);
+        for (e, f) in emb.chunks_exact(d).zip(feats.chunks_exact(d)) {
+            joined.extend_from_slice(e);
+            joined.extend_from_slice(f);
+        }
+        self.fc.apply(&joined, n)
     }
 }
 

@@ -460,6 +460,7 @@ pub fn generate_single(
         _ => (Mode::Target, TokenSource::Target, Purpose::TargetSample),
     };
     let ids = prepare(req, &model.tokenizer, model.model.max_context())?;
+    model.model.set_taps(&[])?;
     let n_vocab = model.tokenizer.vocab_size().min(model.model.config.n_vocab);
     prefill(&mut model.model, &ids)?;
     let mut run = new_run(req, &model.tokenizer, ids, start, cancel, on_event);
@@ -565,6 +566,25 @@ fn verify_row<'a>(model: &Transformer, rows: &'a mut LazyLogits, i: usize, verif
     rows.row(i).ok_or_else(|| EngineError::InvalidSetting(format!("verify row {i} missing")))
 }
 
+/// The feature draft's spec when `draft` is one, checked against `target`.
+fn feature_draft_for(target: &LoadedModel, draft: &LoadedModel) -> Result<Option<crate::gguf::FeatureDraftSpec>> {
+    let Some(spec) = draft.model.feature_spec() else { return Ok(None) };
+    let c = &target.model.config;
+    if spec.target_layers != c.n_layer || spec.target_embd != c.n_embd {
+        return Err(EngineError::InvalidSetting(format!(
+            "{} is a feature draft for a target of {} blocks, {} wide; {} has {} blocks, {} wide. \
+             Pick the target it was trained for, or an independent draft",
+            draft.info.path.display(),
+            spec.target_layers,
+            spec.target_embd,
+            target.info.path.display(),
+            c.n_layer,
+            c.n_embd
+        )));
+    }
+    Ok(Some(spec.clone()))
+}
+
 pub fn generate_speculative(
     target: &mut LoadedModel,
     draft: &mut LoadedModel,
@@ -576,8 +596,23 @@ pub fn generate_speculative(
     let n_vocab = check_vocab(target, draft)?;
     let n_ctx = target.model.max_context().min(draft.model.max_context());
     let ids = prepare(req, &target.tokenizer, n_ctx)?;
-    prefill(&mut target.model, &ids)?;
-    prefill(&mut draft.model, &ids)?;
+    // A feature draft reads the target's hidden states: `feats` holds its input feature for every
+    // position the target has run (see `Transformer::forward_features`).
+    let features = feature_draft_for(target, draft)?;
+    target.model.set_taps(features.as_ref().map(|s| s.taps.as_slice()).unwrap_or(&[]))?;
+    let mut feats: Vec<f32> = Vec::new();
+    if features.is_some() {
+        target.model.clear()?;
+        draft.model.clear()?;
+        if ids.len() > 1 {
+            let h = target.model.feed_hidden(&ids[..ids.len() - 1])?;
+            feats = draft.model.lift_features(&h, target.model.last_taps())?;
+        }
+    } else {
+        prefill(&mut target.model, &ids)?;
+        prefill(&mut draft.model, &ids)?;
+    }
+    let d_feat = target.model.config.n_embd;
     let (tmodel, dmodel) = (&mut target.model, &mut draft.model);
     let mut run = new_run(req, &target.tokenizer, ids, start, cancel, on_event);
     run.stats.prefill_s = start.elapsed().as_secs_f64();
@@ -609,8 +644,9 @@ pub fn generate_speculative(
                 _ => MAX_DRAFT_LEN,
             },
         };
-        // Never draft past max_tokens: the k drafted tokens must all fit.
-        let k_cap = k_wanted.min(run.remaining());
+        // Never draft past max_tokens: the k drafted tokens must all fit. A feature draft needs
+        // the feature of at least one position.
+        let k_cap = if features.is_some() && base < 2 { 0 } else { k_wanted.min(run.remaining()) };
 
         // Draft: catch up on tokens the draft has not seen, then propose one token at a time.
         let mut drafts: Vec<u32> = Vec::with_capacity(k_cap.max(copy.len()));
@@ -628,10 +664,25 @@ pub fn generate_speculative(
         let (mut caught_up, mut catch_up_s) = (0, 0.0);
         let mut survival_sum = 0.0;
         if k_cap > 0 {
-            let unseen = run.context[dmodel.n_cached()..].to_vec();
             let t_catch_up = Instant::now();
-            let mut logits = dmodel.forward_last(&unseen)?;
-            (caught_up, catch_up_s) = (unseen.len(), t_catch_up.elapsed().as_secs_f64());
+            // A feature draft's prediction of the next feature, which its next step reads.
+            let mut predicted = Vec::new();
+            let mut logits = match features {
+                Some(_) => {
+                    // Position i reads the target's feature at i and the token at i + 1.
+                    let from = dmodel.n_cached();
+                    let f = feats.get(from * d_feat..(base - 1) * d_feat).ok_or_else(|| EngineError::InvalidSetting("feature draft: target features missing".into()))?;
+                    let (h, logits) = dmodel.forward_features(&run.context[from + 1..base], f)?;
+                    (predicted, caught_up) = (h, base - 1 - from);
+                    logits
+                }
+                None => {
+                    let unseen = run.context[dmodel.n_cached()..].to_vec();
+                    caught_up = unseen.len();
+                    dmodel.forward_last(&unseen)?
+                }
+            };
+            catch_up_s = t_catch_up.elapsed().as_secs_f64();
             // Estimated probability that every token drafted so far is accepted, and the sum of
             // those over the prefixes: the verify rows the round will likely use, less one.
             let depth = if auto { policy.depth_thresholds() } else { [0.0; MAX_DRAFT_LEN + 1] };
@@ -683,7 +734,14 @@ pub fn generate_speculative(
                 if auto && p_prefix < depth[(i + 1).min(MAX_DRAFT_LEN)] {
                     break;
                 }
-                logits = dmodel.forward_rows(&[x])?.remove(0);
+                logits = match features {
+                    Some(_) => {
+                        let (h, l) = dmodel.forward_features(&[x], &predicted)?;
+                        predicted = h;
+                        l
+                    }
+                    None => dmodel.forward_rows(&[x])?.remove(0),
+                };
             }
         }
         let draft_s = t_round.elapsed().as_secs_f64();
@@ -781,7 +839,20 @@ pub fn generate_speculative(
         // last one, which the next round feeds.
         let keep = run.context.len() - 1;
         tmodel.truncate(keep);
-        dmodel.truncate(keep);
+        match features {
+            // The target's features of the positions this round settled (its verify rows up to
+            // the last emitted token); the draft keeps only positions computed from true features.
+            Some(_) => {
+                let n = keep + 1 - base;
+                let h = rows.hidden().get(..n * d_feat).ok_or_else(|| EngineError::InvalidSetting("feature draft: verify hidden states missing".into()))?;
+                let taps = tmodel.last_taps();
+                let taps = taps.get(..taps.len() / feed.len() * n).unwrap_or(&[]);
+                feats.truncate((base - 1) * d_feat);
+                feats.extend(dmodel.lift_features(h, taps)?);
+                dmodel.truncate(base - 1);
+            }
+            None => dmodel.truncate(keep),
+        }
 
         run.stats.n_rounds += 1;
         run.stats.n_drafted += k;

@@ -50,6 +50,18 @@ pub struct ModelConfig {
 /// tokenizer do not parse it again.
 pub const HEAD_TOKENS_KEY: &str = "mentor_lab.head_tokens";
 
+pub const FEATURE_TAPS_KEY: &str = "mentor_lab.feature_draft.taps";
+pub const FEATURE_LAYERS_KEY: &str = "mentor_lab.feature_draft.target_layers";
+pub const FEATURE_EMBD_KEY: &str = "mentor_lab.feature_draft.target_embd";
+
+/// What a feature draft reads from its target ([`ModelFile::feature_draft`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeatureDraftSpec {
+    pub taps: Vec<usize>,
+    pub target_layers: usize,
+    pub target_embd: usize,
+}
+
 #[derive(Debug)]
 pub struct ModelFile {
     pub path: PathBuf,
@@ -110,6 +122,28 @@ impl ModelFile {
             return Err(format!("`{HEAD_TOKENS_KEY}` must be non-empty, ascending, unique token ids below {}", self.config.n_vocab));
         }
         Ok(Some(ids))
+    }
+
+    /// For a feature draft (`train/export_eagle.py`): the target blocks whose outputs it reads
+    /// (ascending), and the target's block count and width it was trained on. `Ok(None)` for any
+    /// other model; `Err` says what is wrong with keys that are present but unusable.
+    pub fn feature_draft(&self) -> std::result::Result<Option<FeatureDraftSpec>, String> {
+        let md = &self.content.metadata;
+        let Some(v) = md.get(FEATURE_TAPS_KEY) else { return Ok(None) };
+        let bad = |what: &str| format!("feature draft metadata: {what}; re-export the file with train/export_eagle.py");
+        let items = v.to_vec().map_err(|_| bad(&format!("`{FEATURE_TAPS_KEY}` is not an array")))?;
+        let taps: Vec<usize> = items.iter().map(|x| x.to_u32().map(|t| t as usize)).collect::<std::result::Result<_, _>>().map_err(|_| bad(&format!("`{FEATURE_TAPS_KEY}` must hold u32 block indices")))?;
+        let num = |key: &str| -> std::result::Result<usize, String> {
+            md.get(key).and_then(|v| v.to_u32().ok()).map(|v| v as usize).ok_or_else(|| bad(&format!("`{key}` is missing")))
+        };
+        let (target_layers, target_embd) = (num(FEATURE_LAYERS_KEY)?, num(FEATURE_EMBD_KEY)?);
+        if taps.windows(2).any(|w| w[0] >= w[1]) || taps.last().is_some_and(|&t| t >= target_layers) {
+            return Err(bad(&format!("taps {taps:?} must be ascending block indices below {target_layers}")));
+        }
+        if target_embd != self.config.n_embd {
+            return Err(bad(&format!("it reads {target_embd}-wide features but its block is {} wide", self.config.n_embd)));
+        }
+        Ok(Some(FeatureDraftSpec { taps, target_layers, target_embd }))
     }
 
     pub fn meta_str(&self, key: &str) -> Option<&str> {

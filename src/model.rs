@@ -190,6 +190,10 @@ pub struct Transformer {
     /// our kernels only; used while `restrict_head` is on.
     small_head: Option<cpu_forward::SmallHead>,
     restrict_head: bool,
+    /// Set for a feature draft (a model that reads its target's hidden states).
+    feature_spec: Option<crate::gguf::FeatureDraftSpec>,
+    /// A feature draft's input layers, where our kernels run them.
+    features: Option<cpu_forward::FeatureInput>,
 }
 
 /// Logits of a forward over several tokens, each row computed when first asked for
@@ -206,6 +210,11 @@ impl LazyLogits {
     }
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
+    }
+    /// The final hidden states `(n, n_embd)` of the forward's rows, where the tensor-free step ran
+    /// it (empty otherwise).
+    pub fn hidden(&self) -> &[f32] {
+        &self.hidden
     }
     /// Row `i`, if computed ([`Transformer::lazy_rows`]).
     pub fn row(&self, i: usize) -> Option<&[f32]> {
@@ -381,6 +390,34 @@ impl Transformer {
         if let (true, Some(s)) = (restrict_head, &small_head) {
             weight_desc.push_str(&format!(", head restricted to {} frequent tokens", s.tokens.len()));
         }
+        let feature_spec = file.feature_draft().map_err(|detail| EngineError::CorruptGguf { path: path.clone(), detail })?;
+        let features = match &feature_spec {
+            Some(spec) => {
+                let fc = cpu_mat(&to_linear(read("eagle.fc.weight")?, None)?)?;
+                let lift = match spec.taps.is_empty() {
+                    true => None,
+                    false => cpu_mat(&to_linear(read("eagle.lift_fc.weight")?, None)?)?,
+                };
+                let mut tap_norms = Vec::with_capacity(spec.taps.len());
+                for i in 0..spec.taps.len() {
+                    tap_norms.push(vector(read(&format!("eagle.tap_norms.{i}.weight"))?)?.to_vec1::<f32>()?);
+                }
+                match (fc, lift.is_some() || spec.taps.is_empty()) {
+                    (Some(fc), true) if cpu.is_some() => Some(cpu_forward::FeatureInput {
+                        fc,
+                        taps: spec.taps.clone(),
+                        tap_norms,
+                        lift,
+                        target_embd: spec.target_embd,
+                    }),
+                    _ => None,
+                }
+            }
+            None => None,
+        };
+        if feature_spec.is_some() {
+            weight_desc.push_str(", feature draft");
+        }
         let mut model = Transformer {
             config: cfg,
             device: device.clone(),
@@ -398,6 +435,8 @@ impl Transformer {
             cpu,
             small_head,
             restrict_head,
+            feature_spec,
+            features,
         };
         model.clear()?;
         Ok(model)
@@ -497,6 +536,90 @@ impl Transformer {
         self.restrict_head
     }
 
+    /// For a feature draft: the target blocks it reads, and the target shape it needs.
+    pub fn feature_spec(&self) -> Option<&crate::gguf::FeatureDraftSpec> {
+        self.feature_spec.as_ref()
+    }
+
+    /// Keep the residual streams after `taps` from every forward (for a feature draft reading
+    /// this model; see [`Self::last_taps`]); empty stops it. Needs the tensor-free CPU step.
+    pub fn set_taps(&mut self, taps: &[usize]) -> Result<()> {
+        match self.cpu.as_mut().filter(|_| self.native) {
+            Some(cpu) => {
+                cpu.taps = taps.to_vec();
+                Ok(())
+            }
+            None if taps.is_empty() => Ok(()),
+            None => Err(EngineError::InvalidSetting(
+                "a feature draft needs the target on the CPU step (its hidden states are read there); \
+                 use an independent draft on this device"
+                    .into(),
+            )),
+        }
+    }
+
+    /// The residual streams after the tapped blocks from the last forward, `(n, taps · n_embd)`.
+    pub fn last_taps(&self) -> &[f32] {
+        self.cpu.as_ref().map(|c| c.tap_out.as_slice()).unwrap_or(&[])
+    }
+
+    /// Feed `tokens` and return their final hidden states `(n, n_embd)` (the tensor-free step).
+    pub fn feed_hidden(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.check_new_tokens(tokens)?;
+        self.native_hidden(tokens)?.ok_or_else(|| EngineError::InvalidSetting("hidden states need the CPU step".into()))
+    }
+
+    /// A feature draft's features from its target's final hidden states `f: (n, n_embd)` and
+    /// tapped residual streams (`(n, taps · n_embd)`, [`Self::last_taps`]).
+    pub fn lift_features(&self, f: &[f32], taps: &[f32]) -> Result<Vec<f32>> {
+        let fi = self.feature_input()?;
+        if f.len() % fi.target_embd != 0 || taps.len() != f.len() / fi.target_embd * fi.target_embd * fi.taps.len() {
+            return Err(EngineError::InvalidSetting("feature draft: target hidden states and taps do not match".into()));
+        }
+        Ok(fi.lift(f, taps, self.config.rms_eps as f32))
+    }
+
+    /// A feature draft's step over positions `n_cached ..`: row i reads the feature of position
+    /// `n_cached + i` and the embedding of the token after it, `tokens[i]`. Returns the predicted
+    /// next feature of the last row and the draft's logits from it.
+    pub fn forward_features(&mut self, tokens: &[u32], feats: &[f32]) -> Result<(Vec<f32>, Vec<f32>)> {
+        self.check_new_tokens(tokens)?;
+        let d = self.config.n_embd;
+        if feats.len() != tokens.len() * d {
+            return Err(EngineError::InvalidSetting("feature draft: one feature per token expected".into()));
+        }
+        let pos = self.n_cached;
+        let ids = Tensor::new(tokens, &self.device)?;
+        let emb = self.embed.index_select(&ids, 0)?.flatten_all()?.to_vec1::<f32>()?;
+        let x = self.feature_input()?.input(&emb, feats);
+        let max = self.cos.dims()[0];
+        let Some(cpu) = self.cpu.as_mut() else { return Err(EngineError::InvalidSetting("feature draft needs the CPU step".into())) };
+        cpu.reserve(&self.config, pos + tokens.len(), pos, max);
+        let h = cpu.forward(&self.config, x, pos);
+        self.n_cached = pos + tokens.len();
+        let last = h[h.len() - d..].to_vec();
+        let logits = self.head_logits(last.clone(), 1)?.flatten_all()?.to_vec1::<f32>()?;
+        Ok((last, logits))
+    }
+
+    /// Whether this model runs on tokens alone (every model but a feature draft).
+    fn tokens_alone(&self) -> Result<()> {
+        match self.feature_spec {
+            Some(_) => Err(EngineError::InvalidSetting(
+                "this model is a feature draft: it reads the target's hidden states, so it runs only as the draft \
+                 of a mentored or speculative run; pick an independent draft for draft-only runs"
+                    .into(),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn feature_input(&self) -> Result<&cpu_forward::FeatureInput> {
+        self.features.as_ref().filter(|_| self.native).ok_or_else(|| {
+            EngineError::InvalidSetting("this feature draft runs only on the CPU step with its matrices in Q8_0 or Q4".into())
+        })
+    }
+
     /// Tokens a forward may take: at least one, within the context, inside the vocabulary.
     fn check_new_tokens(&self, tokens: &[u32]) -> Result<()> {
         let (n_new, pos) = (tokens.len(), self.n_cached);
@@ -519,6 +642,7 @@ impl Transformer {
         let n_new = tokens.len();
         let pos = self.n_cached;
         self.check_new_tokens(tokens)?;
+        self.tokens_alone()?;
         if let Some(h) = self.native_hidden(tokens)? {
             return self.head_logits(h, n_new);
         }
@@ -563,6 +687,7 @@ impl Transformer {
         if !self.native {
             return Ok(None);
         }
+        self.tokens_alone()?;
         let Some(cpu) = self.cpu.as_mut() else { return Ok(None) };
         let ids = Tensor::new(tokens, &self.device)?;
         let x = self.embed.index_select(&ids, 0)?.flatten_all()?.to_vec1::<f32>()?;
@@ -720,20 +845,22 @@ fn native_step_enabled() -> bool {
     std::env::var("MENTOR_LAB_NATIVE").map(|v| v != "0").unwrap_or(true)
 }
 
+/// A matrix for the tensor-free step, if our kernels run it.
+fn cpu_mat(l: &Linear) -> Result<Option<cpu_forward::Mat>> {
+    let w = match &l.w {
+        Weights::BatchedQ8(m) => cpu_forward::Matrix::Q8(m.clone()),
+        Weights::BatchedQ4(m) => cpu_forward::Matrix::Q4(m.clone()),
+        Weights::Candle(_) => return Ok(None),
+    };
+    let bias = match &l.b {
+        Some(b) => Some(b.flatten_all()?.to_vec1::<f32>()?),
+        None => None,
+    };
+    Ok(Some(cpu_forward::Mat { w, bias }))
+}
+
 /// The tensor-free CPU model sharing the loaded matrices, if every one runs through our kernels.
 fn cpu_model(layers: &[Layer], out_norm: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<CpuModel>> {
-    fn mat(l: &Linear) -> Result<Option<cpu_forward::Mat>> {
-        let w = match &l.w {
-            Weights::BatchedQ8(m) => cpu_forward::Matrix::Q8(m.clone()),
-            Weights::BatchedQ4(m) => cpu_forward::Matrix::Q4(m.clone()),
-            Weights::Candle(_) => return Ok(None),
-        };
-        let bias = match &l.b {
-            Some(b) => Some(b.flatten_all()?.to_vec1::<f32>()?),
-            None => None,
-        };
-        Ok(Some(cpu_forward::Mat { w, bias }))
-    }
     fn proj(p: &Projections) -> Result<Option<cpu_forward::Proj>> {
         let (linears, sizes): (Vec<&Linear>, Vec<usize>) = match p {
             Projections::Fused { linear, sizes } => (vec![linear], sizes.clone()),
@@ -741,7 +868,7 @@ fn cpu_model(layers: &[Layer], out_norm: &Tensor, cos: &Tensor, sin: &Tensor) ->
         };
         let mut mats = Vec::with_capacity(linears.len());
         for l in linears {
-            match mat(l)? {
+            match cpu_mat(l)? {
                 Some(m) => mats.push(m),
                 None => return Ok(None),
             }
@@ -751,7 +878,7 @@ fn cpu_model(layers: &[Layer], out_norm: &Tensor, cos: &Tensor, sin: &Tensor) ->
     let vec = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1::<f32>()?) };
     let mut out = Vec::with_capacity(layers.len());
     for l in layers {
-        let (Some(qkv), Some(wo), Some(gate_up), Some(down)) = (proj(&l.qkv)?, mat(&l.wo)?, proj(&l.gate_up)?, mat(&l.w_down)?) else {
+        let (Some(qkv), Some(wo), Some(gate_up), Some(down)) = (proj(&l.qkv)?, cpu_mat(&l.wo)?, proj(&l.gate_up)?, cpu_mat(&l.w_down)?) else {
             return Ok(None);
         };
         out.push(cpu_forward::Layer { attn_norm: vec(&l.attn_norm)?, qkv, wo, ffn_norm: vec(&l.ffn_norm)?, gate_up, down });

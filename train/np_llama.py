@@ -21,14 +21,20 @@ def rope_i(x, pos, theta):
 
 def forward(cfg, w, ids):
     """Full-sequence causal forward; returns logits [T, vocab] (float32)."""
-    ids = np.asarray(ids)
-    T = len(ids)
+    f, _ = features(cfg, w, w["token_embd.weight"][np.asarray(ids)].astype(np.float32))
+    return f @ w["token_embd.weight"].T
+
+
+def features(cfg, w, x, taps=()):
+    """The blocks and final norm over embeddings x [T, d]: (final normed features [T, d], the
+    residual stream after each block listed in taps)."""
+    T = len(x)
     d, H, KV = cfg["d"], cfg["n_heads"], cfg["n_kv"]
     hd = d // H
     eps, theta = cfg["eps"], cfg["theta"]
-    x = w["token_embd.weight"][ids].astype(np.float32)
     pos = np.arange(T)
     mask = np.triu(np.full((T, T), -np.inf, dtype=np.float32), 1)
+    extras = []
     for l in range(cfg["n_layers"]):
         p = f"blk.{l}."
         h = rmsnorm(x, w[p + "attn_norm.weight"], eps)
@@ -46,5 +52,6 @@ def forward(cfg, w, ids):
         g = h @ w[p + "ffn_gate.weight"].T
         u = h @ w[p + "ffn_up.weight"].T
         x = x + ((g / (1 + np.exp(-g))) * u) @ w[p + "ffn_down.weight"].T
-    x = rmsnorm(x, w["output_norm.weight"], eps)
-    return x @ w["token_embd.weight"].T
+        if l in taps:
+            extras.append(x)
+    return rmsnorm(x, w["output_norm.weight"], eps), extras

@@ -1,0 +1,125 @@
+"""Write the feature draft (eagle.py) as a GGUF Mentor Lab loads as a draft, then verify it against
+the device's reference logits with a numpy forward.
+
+usage: python3 export_eagle.py TARGET.gguf RUN_DIR OUT.gguf COUNTS.npy N
+RUN_DIR holds eagle_index.json, eagle_w0.f16 and ref_eagle.npz from eagle.py.
+
+The file is a one-block `llama` model (the target's width, heads and RoPE) plus:
+- `eagle.fc.weight` [d, 2d]: the block's input fc([embed(x_{t+1}), feature_t]);
+- `eagle.tap_norms.{i}.weight` and `eagle.lift_fc.weight` [d, taps * d]: the target's feature at t is
+  its final normed hidden state plus lift_fc of its RMS-normed residual streams after the blocks listed
+  under `mentor_lab.feature_draft.taps`;
+- the target's `token_embd.weight` copied byte for byte (the draft's embedding and tied head);
+- `mentor_lab.feature_draft.target_layers` / `.target_embd`: the target shape it reads;
+- `mentor_lab.head_tokens`: the N most often sampled response tokens (the head is computed for those).
+Matrices are Q8_0, norms F32, and all `tokenizer.*` keys are the target's."""
+import json, os, sys
+import numpy as np
+import gguf
+from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as Q, GGUFValueType as VT
+from gguf.quants import quantize, dequantize
+from gguf_io import load_weights
+from export_gguf import HEAD_TOKENS_KEY, head_tokens, tv_stats
+import np_llama
+
+CONTEXT = 2048
+TAPS_KEY = "mentor_lab.feature_draft.taps"
+LAYERS_KEY = "mentor_lab.feature_draft.target_layers"
+EMBD_KEY = "mentor_lab.feature_draft.target_embd"
+
+
+def load_run(run):
+    ix = json.load(open(os.path.join(run, "eagle_index.json")))
+    flat = np.concatenate([np.fromfile(os.path.join(run, f"eagle_w{i}.f16"), dtype=np.float16) for i in range(ix["files"])])
+    assert len(flat) == ix["total"]
+    w = {k: flat[o:o + int(np.prod(sh))].reshape(sh).astype(np.float32) for k, sh, o in ix["index"]}
+    return ix["cfg"], ix["taps"], w
+
+
+def write(target, cfg, taps, w, out, head):
+    tr = GGUFReader(target)
+    wr = GGUFWriter(out, "llama")
+    wr.add_name("mentor-lab-feature-draft-smollm2-135m")
+    wr.add_license("apache-2.0")
+    wr.add_context_length(CONTEXT)
+    wr.add_embedding_length(cfg["d"])
+    wr.add_block_count(1)
+    wr.add_feed_forward_length(cfg["ffn"])
+    wr.add_head_count(cfg["n_heads"])
+    wr.add_head_count_kv(cfg["n_kv"])
+    wr.add_rope_freq_base(float(tr.fields["llama.rope.freq_base"].contents()))
+    wr.add_layer_norm_rms_eps(float(tr.fields["llama.attention.layer_norm_rms_epsilon"].contents()))
+    wr.add_rope_dimension_count(cfg["d"] // cfg["n_heads"])
+    wr.add_vocab_size(cfg["vocab"])
+    wr.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    wr.add_key_value(HEAD_TOKENS_KEY, [int(t) for t in head], VT.ARRAY, sub_type=VT.UINT32)
+    wr.add_key_value(TAPS_KEY, [int(t) for t in taps], VT.ARRAY, sub_type=VT.UINT32)
+    wr.add_key_value(LAYERS_KEY, int(cfg["n_layers"]), VT.UINT32)
+    wr.add_key_value(EMBD_KEY, int(cfg["d"]), VT.UINT32)
+    for key, f in tr.fields.items():
+        if key.startswith("tokenizer."):
+            if f.types[0] == VT.ARRAY:
+                wr.add_key_value(key, f.contents(), VT.ARRAY, sub_type=f.types[-1])
+            else:
+                wr.add_key_value(key, f.contents(), f.types[0])
+    emb = next(t for t in tr.tensors if t.name == "token_embd.weight")
+    wr.add_tensor("token_embd.weight", emb.data, raw_dtype=emb.tensor_type)
+    for k, a in w.items():
+        if a.ndim == 2:
+            wr.add_tensor(k, quantize(a, Q.Q8_0), raw_dtype=Q.Q8_0)
+        else:
+            wr.add_tensor(k, a.astype(np.float32))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+
+
+def rms(x, wt, eps):
+    return np_llama.rmsnorm(x, wt, eps)
+
+
+def eagle_logits(cfg, tw, ew, taps, ids):
+    """Target features of ids, then the draft's logits at every position i >= 0 for the token at
+    i + 2 (input: embed(ids[i + 1]), lifted feature i)."""
+    eps = cfg["eps"]
+    E = tw["token_embd.weight"]
+    f, extras = np_llama.features(cfg, tw, E[ids].astype(np.float32), taps)
+    parts = np.concatenate([rms(e, ew[f"eagle.tap_norms.{j}.weight"], eps) for j, e in enumerate(extras)], -1)
+    lifted = f + parts @ ew["eagle.lift_fc.weight"].T
+    x = np.concatenate([E[ids[1:]], lifted[:-1]], -1) @ ew["eagle.fc.weight"].T
+    bcfg = dict(cfg, n_layers=1)
+    o, _ = np_llama.features(bcfg, ew, x)
+    return o @ E.T
+
+
+if __name__ == "__main__":
+    target, run, out, counts_path, n_head = sys.argv[1:6]
+    cfg, taps, w = load_run(run)
+    counts = np.load(counts_path)
+    head = head_tokens(counts, int(n_head))
+    write(target, cfg, taps, w, out, head)
+    print("wrote", out, os.path.getsize(out), "bytes; taps", taps)
+
+    r = GGUFReader(out)
+    t = GGUFReader(target)
+    for k, f in t.fields.items():
+        if k.startswith("tokenizer."):
+            assert r.fields[k].contents() == f.contents(), k
+    assert list(r.fields[HEAD_TOKENS_KEY].contents()) == [int(x) for x in head]
+    assert list(r.fields[TAPS_KEY].contents()) == list(taps)
+    te = next(x for x in t.tensors if x.name == "token_embd.weight")
+    oe = next(x for x in r.tensors if x.name == "token_embd.weight")
+    assert oe.tensor_type == te.tensor_type and np.array_equal(np.asarray(oe.data), np.asarray(te.data))
+    print("tokenizer keys, head tokens, taps, token_embd bytes: identical")
+
+    _, tw = load_weights(target)
+    _, gw = load_weights(out)
+    ref = np.load(os.path.join(run, "ref_eagle.npz"))
+    ids, rl = ref["ids"], ref["logits"]
+    f, _ = np_llama.features(cfg, tw, tw["token_embd.weight"][ids].astype(np.float32))
+    print(f"numpy target features vs torch fp32: max|d| {np.abs(f - ref['feats']).max():.2e}")
+    for label, ew in (("fp16 weights", w), ("GGUF Q8_0", gw)):
+        z = eagle_logits(cfg, tw, ew, taps, ids)[-len(rl):]
+        print(f"numpy eagle ({label}) vs torch ref: max|dlogit| {np.abs(z - rl).max():.3f}, argmax equal "
+              f"{(z.argmax(-1) == rl.argmax(-1)).mean():.2f}, mean 1-TV(T=0.7) {tv_stats(z, rl).mean():.4f}")
