@@ -602,6 +602,7 @@ pub fn generate_speculative(
     target.model.set_taps(features.as_ref().map(|s| s.taps.as_slice()).unwrap_or(&[]))?;
     let mut feats: Vec<f32> = Vec::new();
     if features.is_some() {
+        draft.model.borrow_embedding(&target.model)?;
         target.model.clear()?;
         draft.model.clear()?;
         if ids.len() > 1 {

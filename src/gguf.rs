@@ -261,11 +261,13 @@ fn read_config(path: &Path, content: &Content) -> Result<ModelConfig> {
     let head_dim = get_usize("attention.key_length").unwrap_or(n_embd / n_head.max(1));
     let rms_eps = get_f64("attention.layer_norm_rms_epsilon").unwrap_or(1e-5);
     let rope_theta = get_f64("rope.freq_base").unwrap_or(10_000.0) as f32;
-    let embd = content
-        .tensor_infos
-        .get("token_embd.weight")
-        .ok_or_else(|| missing("token_embd.weight (tensor)"))?;
-    let n_vocab = embd.shape.dims().first().copied().unwrap_or(0);
+    // A feature draft may come without an embedding (it borrows its target's) and then states
+    // its vocabulary size.
+    let n_vocab = match (content.tensor_infos.get("token_embd.weight"), md.contains_key(FEATURE_TAPS_KEY)) {
+        (Some(embd), _) => embd.shape.dims().first().copied().unwrap_or(0),
+        (None, true) => get_usize("vocab_size")?,
+        (None, false) => return Err(missing("token_embd.weight (tensor)")),
+    };
     let n_vocab = match content.tensor_infos.get("output.weight") {
         Some(out) => out.shape.dims().first().copied().unwrap_or(n_vocab),
         None => n_vocab,

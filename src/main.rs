@@ -84,7 +84,8 @@ pub struct ModelArgs {
     /// Target GGUF (default: SmolLM2-135M-Instruct, fetched on first use).
     #[arg(long)]
     pub target: Option<PathBuf>,
-    /// Draft GGUF (default: the draft shipped in assets/models).
+    /// Draft GGUF (default: the independent draft shipped in assets/models; `feature`: the shipped
+    /// feature draft, which reads the default target's hidden states)
     #[arg(long)]
     pub draft: Option<PathBuf>,
     /// Weight format in memory: auto, file, q8_0, f16, f32.
@@ -274,7 +275,7 @@ pub fn load_engine(args: &ModelArgs, need_draft: bool) -> Result<Engine> {
     };
     let target = mentor_lab::load_model(&target_path, args.weights, &device)?;
     let draft: Option<LoadedModel> = match (&args.draft, need_draft) {
-        (Some(p), _) => Some(mentor_lab::load_model(p, args.weights, &device)?),
+        (Some(p), _) => Some(mentor_lab::load_model(&models::resolve_draft(p)?, args.weights, &device)?),
         (None, true) => {
             let p = models::default_draft().context(
                 "no draft model: pass --draft PATH, or restore assets/models/ (the default draft ships there)",

@@ -173,7 +173,9 @@ pub struct Transformer {
     embed: Tensor, // (n_vocab, n_embd), f32, for the token lookup
     layers: Vec<Layer>,
     out_norm: Tensor, // (n_embd)
-    head: Linear,     // (n_vocab, n_embd); the embedding matrix when tied
+    /// (n_vocab, n_embd); the embedding matrix when tied. None for a feature draft that borrows
+    /// its target's ([`Self::borrow_embedding`]).
+    head: Option<Linear>,
     cos: Tensor,      // (max_pos, head_dim / 2)
     sin: Tensor,      // (max_pos, head_dim / 2)
     cache: Vec<LayerCache>,
@@ -194,6 +196,11 @@ pub struct Transformer {
     feature_spec: Option<crate::gguf::FeatureDraftSpec>,
     /// A feature draft's input layers, where our kernels run them.
     features: Option<cpu_forward::FeatureInput>,
+    /// The tokens the file restricts the output head to.
+    head_tokens: Option<Vec<u32>>,
+    /// The head matrix whose embedding and rows a feature draft borrowed (its address, to tell
+    /// whether the next run's target is the same).
+    borrowed_from: Option<usize>,
 }
 
 /// Logits of a forward over several tokens, each row computed when first asked for
@@ -326,9 +333,16 @@ impl Transformer {
         };
         let vector = |qt: QTensor| -> Result<Tensor> { Ok(qt.dequantize(device)?) };
 
-        let embed_q = read("token_embd.weight")?;
-        let embed = embed_q.dequantize(device)?;
-        let head_q = if ct.tensor_infos.contains_key("output.weight") { read("output.weight")? } else { embed_q };
+        // A feature draft may come without an embedding: it then borrows its target's.
+        let own_embedding = ct.tensor_infos.contains_key("token_embd.weight") || file.feature_draft().ok().flatten().is_none();
+        let (embed, head_q) = match own_embedding {
+            true => {
+                let embed_q = read("token_embd.weight")?;
+                let embed = embed_q.dequantize(device)?;
+                (embed, Some(if ct.tensor_infos.contains_key("output.weight") { read("output.weight")? } else { embed_q }))
+            }
+            false => (Tensor::zeros((0, cfg.n_embd), DType::F32, device)?, None),
+        };
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
             let p = format!("blk.{i}");
@@ -358,7 +372,7 @@ impl Transformer {
             });
         }
         let out_norm = vector(read("output_norm.weight")?)?;
-        let head = to_linear(head_q, None)?;
+        let head = head_q.map(|q| to_linear(q, None)).transpose()?;
         // Llama 3.1+ stores per-frequency scaling factors for long-context RoPE.
         let freq_factors = if ct.tensor_infos.contains_key("rope_freqs.weight") {
             Some(read("rope_freqs.weight")?.dequantize(&Device::Cpu)?.to_vec1::<f32>()?)
@@ -371,20 +385,16 @@ impl Transformer {
         if cpu.is_some() {
             weight_desc.push_str(", tensor-free step");
         }
-        let small_head = match file.head_tokens() {
-            Ok(Some(tokens)) => {
-                let mat = match &head.w {
-                    Weights::BatchedQ8(m) => m.select_rows(&tokens).map(|m| cpu_forward::Matrix::Q8(m.into())),
-                    Weights::BatchedQ4(m) => m.select_rows(&tokens).map(|m| cpu_forward::Matrix::Q4(m.into())),
-                    Weights::Candle(_) => None,
-                };
-                mat.map(|w| cpu_forward::SmallHead { mat: cpu_forward::Mat { w, bias: None }, tokens })
-            }
-            Ok(None) => None,
+        let head_tokens = match file.head_tokens() {
+            Ok(t) => t,
             Err(e) => {
                 tracing::warn!("{}: {e}; using the full output head", file.path.display());
                 None
             }
+        };
+        let small_head = match (&head, &head_tokens) {
+            (Some(head), Some(tokens)) => small_head(head, tokens),
+            _ => None,
         };
         let restrict_head = small_head.is_some() && std::env::var("MENTOR_LAB_FULL_HEAD").map(|v| v != "1").unwrap_or(true);
         if let (true, Some(s)) = (restrict_head, &small_head) {
@@ -437,6 +447,8 @@ impl Transformer {
             restrict_head,
             feature_spec,
             features,
+            head_tokens,
+            borrowed_from: None,
         };
         model.clear()?;
         Ok(model)
@@ -602,6 +614,43 @@ impl Transformer {
         Ok((last, logits))
     }
 
+    fn full_head(&self) -> Result<&Linear> {
+        self.head.as_ref().ok_or_else(|| EngineError::InvalidSetting("this feature draft has no output head of its own; it borrows its target's".into()))
+    }
+
+    /// A feature draft without an embedding of its own takes its target's: the token embedding
+    /// and the head rows of the tokens its file lists. Cheap when `target` is the one it already
+    /// borrowed from.
+    pub fn borrow_embedding(&mut self, target: &Transformer) -> Result<()> {
+        if self.head.is_some() {
+            return Ok(());
+        }
+        let head = target.full_head()?;
+        let key = match &head.w {
+            Weights::BatchedQ8(m) => std::sync::Arc::as_ptr(m) as usize,
+            Weights::BatchedQ4(m) => std::sync::Arc::as_ptr(m) as usize,
+            Weights::Candle(_) => 0,
+        };
+        if key != 0 && self.borrowed_from == Some(key) {
+            return Ok(());
+        }
+        if target.config.n_embd != self.config.n_embd {
+            return Err(EngineError::InvalidSetting(format!(
+                "the feature draft is {} wide but the target's embedding is {} wide",
+                self.config.n_embd, target.config.n_embd
+            )));
+        }
+        let tokens = self.head_tokens.as_ref().ok_or_else(|| EngineError::InvalidSetting("a feature draft without an embedding must list its head tokens (`mentor_lab.head_tokens`)".into()))?;
+        if tokens.last().is_some_and(|&t| t as usize >= target.config.n_vocab) {
+            return Err(EngineError::InvalidSetting("the feature draft's head tokens are outside the target's vocabulary".into()));
+        }
+        self.small_head = Some(small_head(head, tokens).ok_or_else(|| EngineError::InvalidSetting("the target's output head is not in a format the feature draft can read (Q8_0 or Q4)".into()))?);
+        self.restrict_head = true;
+        self.embed = target.embed.clone();
+        self.borrowed_from = Some(key);
+        Ok(())
+    }
+
     /// Whether this model runs on tokens alone (every model but a feature draft).
     fn tokens_alone(&self) -> Result<()> {
         match self.feature_spec {
@@ -676,7 +725,7 @@ impl Transformer {
             let h = x.flatten_all()?.to_vec1::<f32>()?;
             return Ok(Tensor::from_vec(s.logits(&h, n_new, self.config.n_vocab), (n_new, self.config.n_vocab), &self.device)?);
         }
-        let logits = self.head.forward(&x)?; // (n_new, n_vocab)
+        let logits = self.full_head()?.forward(&x)?; // (n_new, n_vocab)
         Ok(logits.to_dtype(DType::F32)?)
     }
 
@@ -701,7 +750,7 @@ impl Transformer {
     fn head_logits(&self, h: Vec<f32>, n: usize) -> Result<Tensor> {
         Ok(match (&self.small_head, self.restrict_head) {
             (Some(s), true) => Tensor::from_vec(s.logits(&h, n, self.config.n_vocab), (n, self.config.n_vocab), &self.device)?,
-            _ => self.head.forward(&Tensor::from_vec(h, (n, self.config.n_embd), &self.device)?)?.to_dtype(DType::F32)?,
+            _ => self.full_head()?.forward(&Tensor::from_vec(h, (n, self.config.n_embd), &self.device)?)?.to_dtype(DType::F32)?,
         })
     }
 
@@ -843,6 +892,16 @@ fn attention(
 /// `MENTOR_LAB_NATIVE=0` keeps CPU steps on the tensor path (to compare the two).
 fn native_step_enabled() -> bool {
     std::env::var("MENTOR_LAB_NATIVE").map(|v| v != "0").unwrap_or(true)
+}
+
+/// The rows of `tokens` of an output head, where our kernels run it.
+fn small_head(head: &Linear, tokens: &[u32]) -> Option<cpu_forward::SmallHead> {
+    let mat = match &head.w {
+        Weights::BatchedQ8(m) => m.select_rows(tokens).map(|m| cpu_forward::Matrix::Q8(m.into())),
+        Weights::BatchedQ4(m) => m.select_rows(tokens).map(|m| cpu_forward::Matrix::Q4(m.into())),
+        Weights::Candle(_) => None,
+    };
+    mat.map(|w| cpu_forward::SmallHead { mat: cpu_forward::Mat { w, bias: None }, tokens: tokens.to_vec() })
 }
 
 /// A matrix for the tensor-free step, if our kernels run it.

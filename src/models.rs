@@ -53,16 +53,42 @@ pub fn assets_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets")
 }
 
-/// The draft shipped with Mentor Lab (trained for the default target), if present.
+/// The independent draft shipped with Mentor Lab (trained for the default target).
+pub const DEFAULT_DRAFT_FILE: &str = "smollm2-135m-draft-d192-l8.Q8_0.gguf";
+/// The feature draft shipped with Mentor Lab: it reads the default target's hidden states
+/// (`train/eagle.py`), so it pairs with that target only and runs on the CPU step.
+pub const FEATURE_DRAFT_FILE: &str = "smollm2-135m-feature-draft.Q8_0.gguf";
+
+/// The draft shipped with Mentor Lab (trained for the default target), if present: the
+/// independent one, which also runs alone (draft-only mode) and on Metal; else any other GGUF in
+/// the assets' models folder but the feature draft.
 pub fn default_draft() -> Option<PathBuf> {
     let dir = assets_dir().join("models");
+    let preferred = dir.join(DEFAULT_DRAFT_FILE);
+    if preferred.is_file() {
+        return Some(preferred);
+    }
     let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+        .filter(|p| p.extension().is_some_and(|e| e == "gguf") && !p.ends_with(FEATURE_DRAFT_FILE))
         .collect();
     found.sort();
     found.into_iter().next()
+}
+
+/// The shipped feature draft, if present.
+pub fn feature_draft() -> Option<PathBuf> {
+    Some(assets_dir().join("models").join(FEATURE_DRAFT_FILE)).filter(|p| p.is_file())
+}
+
+/// A draft named on the command line: `feature` is the shipped feature draft (unless a file of
+/// that name exists), anything else a path.
+pub fn resolve_draft(arg: &Path) -> Result<PathBuf> {
+    if arg == Path::new("feature") && !arg.exists() {
+        return feature_draft().ok_or_else(|| EngineError::ModelNotFound { path: assets_dir().join("models").join(FEATURE_DRAFT_FILE) });
+    }
+    Ok(arg.to_path_buf())
 }
 
 /// Path of the default target, fetching it first if it is not in the models directory.

@@ -1,7 +1,10 @@
 """Write the feature draft (eagle.py) as a GGUF Mentor Lab loads as a draft, then verify it against
 the device's reference logits with a numpy forward.
 
-usage: python3 export_eagle.py TARGET.gguf RUN_DIR OUT.gguf COUNTS.npy N
+usage: python3 export_eagle.py TARGET.gguf RUN_DIR OUT.gguf COUNTS.npy N [--own-embedding] [--fixture F.json]
+--fixture writes what Mentor Lab's test `feature_draft_matches_the_numpy_reference` checks: the
+reference token ids and, for the last 8 positions, the 16 highest logits of the written file's numpy
+forward (restricted to the head tokens).
 RUN_DIR holds eagle_index.json, eagle_w0.f16 and ref_eagle.npz from eagle.py.
 
 The file is a one-block `llama` model (the target's width, heads and RoPE) plus:
@@ -9,7 +12,9 @@ The file is a one-block `llama` model (the target's width, heads and RoPE) plus:
 - `eagle.tap_norms.{i}.weight` and `eagle.lift_fc.weight` [d, taps * d]: the target's feature at t is
   its final normed hidden state plus lift_fc of its RMS-normed residual streams after the blocks listed
   under `mentor_lab.feature_draft.taps`;
-- the target's `token_embd.weight` copied byte for byte (the draft's embedding and tied head);
+- no embedding of its own: Mentor Lab lends it the target's token embedding and the target's
+  output head rows of the listed tokens (`--own-embedding` copies the target's `token_embd.weight`
+  byte for byte into the file instead, for tools that need a self-contained file);
 - `mentor_lab.feature_draft.target_layers` / `.target_embd`: the target shape it reads;
 - `mentor_lab.head_tokens`: the N most often sampled response tokens (the head is computed for those).
 Matrices are Q8_0, norms F32, and all `tokenizer.*` keys are the target's."""
@@ -36,7 +41,7 @@ def load_run(run):
     return ix["cfg"], ix["taps"], w
 
 
-def write(target, cfg, taps, w, out, head):
+def write(target, cfg, taps, w, out, head, own_embedding):
     tr = GGUFReader(target)
     wr = GGUFWriter(out, "llama")
     wr.add_name("mentor-lab-feature-draft-smollm2-135m")
@@ -62,8 +67,9 @@ def write(target, cfg, taps, w, out, head):
                 wr.add_key_value(key, f.contents(), VT.ARRAY, sub_type=f.types[-1])
             else:
                 wr.add_key_value(key, f.contents(), f.types[0])
-    emb = next(t for t in tr.tensors if t.name == "token_embd.weight")
-    wr.add_tensor("token_embd.weight", emb.data, raw_dtype=emb.tensor_type)
+    if own_embedding:
+        emb = next(t for t in tr.tensors if t.name == "token_embd.weight")
+        wr.add_tensor("token_embd.weight", emb.data, raw_dtype=emb.tensor_type)
     for k, a in w.items():
         if a.ndim == 2:
             wr.add_tensor(k, quantize(a, Q.Q8_0), raw_dtype=Q.Q8_0)
@@ -98,7 +104,8 @@ if __name__ == "__main__":
     cfg, taps, w = load_run(run)
     counts = np.load(counts_path)
     head = head_tokens(counts, int(n_head))
-    write(target, cfg, taps, w, out, head)
+    own = "--own-embedding" in sys.argv[6:]
+    write(target, cfg, taps, w, out, head, own)
     print("wrote", out, os.path.getsize(out), "bytes; taps", taps)
 
     r = GGUFReader(out)
@@ -108,10 +115,13 @@ if __name__ == "__main__":
             assert r.fields[k].contents() == f.contents(), k
     assert list(r.fields[HEAD_TOKENS_KEY].contents()) == [int(x) for x in head]
     assert list(r.fields[TAPS_KEY].contents()) == list(taps)
-    te = next(x for x in t.tensors if x.name == "token_embd.weight")
-    oe = next(x for x in r.tensors if x.name == "token_embd.weight")
-    assert oe.tensor_type == te.tensor_type and np.array_equal(np.asarray(oe.data), np.asarray(te.data))
-    print("tokenizer keys, head tokens, taps, token_embd bytes: identical")
+    if own:
+        te = next(x for x in t.tensors if x.name == "token_embd.weight")
+        oe = next(x for x in r.tensors if x.name == "token_embd.weight")
+        assert oe.tensor_type == te.tensor_type and np.array_equal(np.asarray(oe.data), np.asarray(te.data))
+    else:
+        assert all(x.name != "token_embd.weight" for x in r.tensors)
+    print("tokenizer keys, head tokens, taps" + (", token_embd bytes" if own else "") + ": identical")
 
     _, tw = load_weights(target)
     _, gw = load_weights(out)
@@ -119,6 +129,16 @@ if __name__ == "__main__":
     ids, rl = ref["ids"], ref["logits"]
     f, _ = np_llama.features(cfg, tw, tw["token_embd.weight"][ids].astype(np.float32))
     print(f"numpy target features vs torch fp32: max|d| {np.abs(f - ref['feats']).max():.2e}")
+    if "--fixture" in sys.argv:
+        fx = sys.argv[sys.argv.index("--fixture") + 1]
+        z = eagle_logits(cfg, tw, gw, taps, ids)
+        rows = []
+        for i in range(len(z) - 8, len(z)):
+            zh = z[i][head]
+            top = np.argsort(-zh)[:16]
+            rows.append({"input_position": int(i), "tokens": [int(head[j]) for j in top], "logits": [float(zh[j]) for j in top]})
+        json.dump({"ids": [int(x) for x in ids], "rows": rows}, open(fx, "w"), indent=1)
+        print("wrote", fx)
     for label, ew in (("fp16 weights", w), ("GGUF Q8_0", gw)):
         z = eagle_logits(cfg, tw, ew, taps, ids)[-len(rl):]
         print(f"numpy eagle ({label}) vs torch ref: max|dlogit| {np.abs(z - rl).max():.3f}, argmax equal "
