@@ -491,3 +491,39 @@ fn feature_draft_misuse_is_a_clear_error() {
     let e = wrong.generate(&request(Mode::Speculative, 0.7, 0.0, DraftLen::Fixed(2), 8), &AtomicBool::new(false), &mut |_| {}).unwrap_err().to_string();
     assert!(e.contains("feature draft for a target of 30 blocks, 576 wide") && e.contains("8 blocks, 192 wide"), "{e}");
 }
+
+/// In a run, the feature draft's first token of every round is drafted from the target's true
+/// features: its q(x) equals a teacher-forced forward over the finished text (catch-up after
+/// rejections and target-only rounds, the draft's cache rolled back past its own predictions).
+#[test]
+fn feature_draft_in_a_run_reads_the_targets_settled_features() {
+    let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_feature_draft())).unwrap();
+    let mut req = request(Mode::Speculative, 0.7, 0.0, DraftLen::Fixed(1), 96);
+    req.prompt = "Write a Python function that returns the n-th Fibonacci number, with a docstring.".into();
+    let g = run(&mut engine, &req);
+    let mut all = engine.target.tokenizer.prompt_ids(&req.prompt, false).unwrap();
+    let n_prompt = all.len();
+    all.extend(ids(&g));
+    let (target, draft) = (&mut engine.target.model, &mut engine.draft.as_mut().unwrap().model);
+    let spec = draft.feature_spec().cloned().unwrap();
+    target.set_taps(&spec.taps).unwrap();
+    target.clear().unwrap();
+    let h = target.feed_hidden(&all[..all.len() - 1]).unwrap();
+    let feats = draft.lift_features(&h, target.last_taps()).unwrap();
+    let d = target.config.n_embd;
+    draft.clear().unwrap();
+    draft.forward_features(&all[1..n_prompt - 1], &feats[..(n_prompt - 2) * d]).unwrap();
+    let mut checked = 0;
+    for (i, t) in g.tokens.iter().enumerate() {
+        // Row a − 2 (feature a − 2, token a − 1) drafts the token at a.
+        let a = n_prompt + i;
+        let (_, logits) = draft.forward_features(&all[a - 1..a], &feats[(a - 2) * d..(a - 1) * d]).unwrap();
+        if t.source == TokenSource::DraftAccepted {
+            let q = probabilities(&logits, &all[..a], &req.sampling, logits.len());
+            let got = t.q_draft.unwrap();
+            assert!((q[t.id as usize] - got).abs() <= 1e-6 * got.max(1e-3), "token {i}: q(x) {got} in the run, {} teacher-forced", q[t.id as usize]);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} accepted draft tokens");
+}
