@@ -6,7 +6,7 @@ use crate::ModelArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use mentor_lab::presets::preset;
-use mentor_lab::{DraftLen, GenerateRequest, MentorRule, Mode, SamplingParams};
+use mentor_lab::{DraftLen, Engine, GenerateRequest, MentorRule, Mode, SamplingParams};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -29,7 +29,7 @@ pub struct BenchArgs {
     temperature: f32,
     /// Configurations: target, draft, fixed=K,tv=D, auto,tv=D, fixed=K,kl=D (add ,nobonus; auto
     /// also copies from the context unless ,nolookup, and after drafted tokens unless ,notail; ,noamx keeps Intel AMX tiles out of that
-    /// configuration's runs).
+    /// configuration's runs; ,feature drafts with the shipped feature draft instead of the loaded one).
     /// Repeat the flag or separate with spaces.
     #[arg(long = "config", num_args = 1.., default_values_t = default_configs())]
     configs: Vec<String>,
@@ -59,6 +59,9 @@ pub struct BenchConfig {
     pub copy_tail: bool,
     /// Whether the kernels may use AMX tiles in this configuration's runs.
     pub tiles: bool,
+    /// Whether this configuration drafts with the shipped feature draft instead of the loaded
+    /// draft (`,feature`: both compared in one process).
+    pub feature: bool,
 }
 
 pub fn parse_config(s: &str) -> Result<BenchConfig> {
@@ -72,6 +75,7 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
         lookup: true,
         copy_tail: true,
         tiles: true,
+        feature: false,
     };
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) = part.split_once('=').unwrap_or((part, ""));
@@ -88,7 +92,8 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
             "nolookup" => c.lookup = false,
             "notail" => c.copy_tail = false,
             "noamx" => c.tiles = false,
-            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tv=D, kl=D, nobonus, nolookup, notail, noamx"),
+            "feature" => c.feature = true,
+            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tv=D, kl=D, nobonus, nolookup, notail, noamx, feature"),
         }
     }
     Ok(c)
@@ -151,6 +156,23 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let prompt = preset(&args.prompt).map(|p| p.prompt.to_string()).unwrap_or_else(|| args.prompt.clone());
     let need_draft = configs.iter().any(|c| c.mode != Mode::Target);
     let mut engine = crate::load_engine(&args.models, need_draft)?;
+    // The other draft of a comparison, swapped in for the configurations that name it.
+    let mut other_draft = match configs.iter().any(|c| c.feature) {
+        true => {
+            let p = mentor_lab::models::feature_draft().context("`,feature` needs assets/models/smollm2-135m-feature-draft.Q8_0.gguf")?;
+            let d = mentor_lab::load_model(&p, args.models.weights, &mentor_lab::model::default_device())?;
+            mentor_lab::generate::check_vocab(&engine.target, &d)?;
+            Some(d)
+        }
+        false => None,
+    };
+    let mut feature_in = false;
+    let mut use_draft = |engine: &mut Engine, feature: bool| {
+        if feature != feature_in && other_draft.is_some() {
+            std::mem::swap(&mut engine.draft, &mut other_draft);
+            feature_in = feature;
+        }
+    };
     let base = GenerateRequest {
         prompt,
         sampling: SamplingParams { temperature: args.temperature, ..SamplingParams::default() },
@@ -185,6 +207,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     eprint!("warm-up:");
     for c in &configs {
         mentor_lab::kernels::set_tiles_enabled(c.tiles);
+        use_draft(&mut engine, c.feature);
         engine.generate(&req_for(c, 1_000_003), &cancel, &mut |_| {})?;
         eprint!(" {}", c.label);
     }
@@ -199,6 +222,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let shift = (repeat * args.seeds + s) % configs.len();
             for c in configs.iter().cycle().skip(shift).take(configs.len()) {
                 mentor_lab::kernels::set_tiles_enabled(c.tiles);
+                use_draft(&mut engine, c.feature);
                 let g = engine.generate(&req_for(c, seed), &cancel, &mut |_| {})?;
                 let st = &g.stats;
                 eprint!(" {} {:.2}s", c.label, st.e2e_s);
@@ -372,6 +396,8 @@ mod tests {
         let c = parse_config("fixed=8,kl=0.5,nobonus").unwrap();
         assert_eq!((c.draft_len, c.rule, c.budget, c.bonus, c.tiles), (DraftLen::Fixed(8), MentorRule::Kl, 0.5, false, true));
         assert_eq!(parse_config("target").unwrap().mode, Mode::Target);
+        let c = parse_config("auto,tv=0,feature").unwrap();
+        assert!(c.feature && !parse_config("auto,tv=0").unwrap().feature);
         let e = parse_config("auto,fast").unwrap_err().to_string();
         assert!(e.contains("unknown part `fast`") && e.contains("noamx"), "{e}");
         assert!(parse_config("fixed=8,tv=much").unwrap_err().to_string().contains("not a number"));
