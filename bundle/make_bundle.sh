@@ -61,6 +61,9 @@ mkdir -p "$app/Contents/Resources/assets"
 for item in models prompts icon.png; do
   [ -e "$root/assets/$item" ] && cp -R "$root/assets/$item" "$app/Contents/Resources/assets/"
 done
+# The feature draft reads the target's hidden states on the CPU step only; the bundle runs on
+# Metal, where it would only give an error. (It stays in the repository for CPU runs.)
+rm -f "$app/Contents/Resources/assets/models/smollm2-135m-feature-draft.Q8_0.gguf"
 python3 "$here/make_icon.py" icns "$root/assets/icon.png" "$app/Contents/Resources/AppIcon.icns"
 
 if [ "$mode" = mac ]; then

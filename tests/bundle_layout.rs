@@ -47,7 +47,8 @@ print(json.dumps(d))
         .flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "gguf"))
         .collect();
-    assert_eq!(models.len(), 1, "the default draft is inside the bundle");
+    assert_eq!(models.len(), 1, "the default draft is inside the bundle, and no draft Metal cannot run");
+    assert_eq!(models[0].file_name(), mentor_lab::models::DEFAULT_DRAFT_FILE);
     // The bundled binary finds its assets (and so the draft) from inside the bundle.
     let listed = Command::new(&exe).arg("models").env("MENTOR_LAB_MODELS", out.path()).output().unwrap();
     let text = String::from_utf8_lossy(&listed.stdout);

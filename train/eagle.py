@@ -174,7 +174,7 @@ def main():
 
     taps = tuple(int(t) for t in args.taps.split(",") if t)
     if args.smoke:
-        taps = tuple(t % tcfg["n_layers"] for t in taps)
+        taps = tuple(sorted({t % tcfg["n_layers"] for t in taps}))  # the random teacher has 2 blocks
     eagle = Eagle(tcfg, taps).to(dev)
     for n_, p_ in eagle.named_parameters():
         if p_.dim() == 2:
