@@ -20,53 +20,27 @@ The file is a one-block `llama` model (the target's width, heads and RoPE) plus:
 Matrices are Q8_0, norms F32, and all `tokenizer.*` keys are the target's."""
 import json, os, sys
 import numpy as np
-import gguf
-from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as Q, GGUFValueType as VT
-from gguf.quants import quantize, dequantize
+from gguf import GGUFReader, GGMLQuantizationType as Q, GGUFValueType as VT
+from gguf.quants import quantize
 from gguf_io import load_weights
-from export_gguf import HEAD_TOKENS_KEY, head_tokens, tv_stats
+from export_gguf import HEAD_TOKENS_KEY, head_tokens, load_f16, start, tv_stats
 import np_llama
 
-CONTEXT = 2048
 TAPS_KEY = "mentor_lab.feature_draft.taps"
 LAYERS_KEY = "mentor_lab.feature_draft.target_layers"
 EMBD_KEY = "mentor_lab.feature_draft.target_embd"
 
 
 def load_run(run):
-    ix = json.load(open(os.path.join(run, "eagle_index.json")))
-    flat = np.concatenate([np.fromfile(os.path.join(run, f"eagle_w{i}.f16"), dtype=np.float16) for i in range(ix["files"])])
-    assert len(flat) == ix["total"]
-    w = {k: flat[o:o + int(np.prod(sh))].reshape(sh).astype(np.float32) for k, sh, o in ix["index"]}
+    ix, w = load_f16(run, "eagle")
     return ix["cfg"], ix["taps"], w
 
 
 def write(target, cfg, taps, w, out, head, own_embedding):
     tr = GGUFReader(target)
-    wr = GGUFWriter(out, "llama")
-    wr.add_name("mentor-lab-feature-draft-smollm2-135m")
-    wr.add_license("apache-2.0")
-    wr.add_context_length(CONTEXT)
-    wr.add_embedding_length(cfg["d"])
-    wr.add_block_count(1)
-    wr.add_feed_forward_length(cfg["ffn"])
-    wr.add_head_count(cfg["n_heads"])
-    wr.add_head_count_kv(cfg["n_kv"])
-    wr.add_rope_freq_base(float(tr.fields["llama.rope.freq_base"].contents()))
-    wr.add_layer_norm_rms_eps(float(tr.fields["llama.attention.layer_norm_rms_epsilon"].contents()))
-    wr.add_rope_dimension_count(cfg["d"] // cfg["n_heads"])
-    wr.add_vocab_size(cfg["vocab"])
-    wr.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    wr.add_key_value(HEAD_TOKENS_KEY, [int(t) for t in head], VT.ARRAY, sub_type=VT.UINT32)
-    wr.add_key_value(TAPS_KEY, [int(t) for t in taps], VT.ARRAY, sub_type=VT.UINT32)
-    wr.add_key_value(LAYERS_KEY, int(cfg["n_layers"]), VT.UINT32)
-    wr.add_key_value(EMBD_KEY, int(cfg["d"]), VT.UINT32)
-    for key, f in tr.fields.items():
-        if key.startswith("tokenizer."):
-            if f.types[0] == VT.ARRAY:
-                wr.add_key_value(key, f.contents(), VT.ARRAY, sub_type=f.types[-1])
-            else:
-                wr.add_key_value(key, f.contents(), f.types[0])
+    extra = [(TAPS_KEY, [int(t) for t in taps], VT.ARRAY, VT.UINT32),
+             (LAYERS_KEY, int(cfg["n_layers"]), VT.UINT32), (EMBD_KEY, int(cfg["d"]), VT.UINT32)]
+    wr = start(tr, out, "mentor-lab-feature-draft-smollm2-135m", cfg, 1, head, extra)
     if own_embedding:
         emb = next(t for t in tr.tensors if t.name == "token_embd.weight")
         wr.add_tensor("token_embd.weight", emb.data, raw_dtype=emb.tensor_type)

@@ -17,11 +17,16 @@ import np_llama
 CONTEXT = 2048  # trained on packed 2048-token windows
 
 
-def load_run(run):
-    ix = json.load(open(os.path.join(run, "student_index.json")))
-    flat = np.concatenate([np.fromfile(os.path.join(run, f"student_w{i}.f16"), dtype=np.float16) for i in range(ix["files"])])
+def load_f16(run, prefix):
+    """distill.py's / eagle.py's fp16 export: (index, {name: float32 array})."""
+    ix = json.load(open(os.path.join(run, f"{prefix}_index.json")))
+    flat = np.concatenate([np.fromfile(os.path.join(run, f"{prefix}_w{i}.f16"), dtype=np.float16) for i in range(ix["files"])])
     assert len(flat) == ix["total"]
-    w = {k: flat[o:o + int(np.prod(sh))].reshape(sh).astype(np.float32) for k, sh, o in ix["index"]}
+    return ix, {k: flat[o:o + int(np.prod(sh))].reshape(sh).astype(np.float32) for k, sh, o in ix["index"]}
+
+
+def load_run(run):
+    ix, w = load_f16(run, "student")
     return ix["cfg"], w
 
 
@@ -34,14 +39,16 @@ def head_tokens(counts, n):
     return np.sort(order[:n]).astype(np.uint32)
 
 
-def write(target, cfg, w, out, name, head=None):
-    tr = GGUFReader(target)
+def start(tr, out, name, cfg, n_layers, head, extra=()):
+    """A GGUFWriter with the `llama` header of a model of cfg's shape and n_layers blocks (RoPE base
+    and norm eps from the target tr), the head token list, the `extra` (key, value, type[, sub_type])
+    keys, and the target's tokenizer keys."""
     wr = GGUFWriter(out, "llama")
     wr.add_name(name)
     wr.add_license("apache-2.0")
     wr.add_context_length(CONTEXT)
     wr.add_embedding_length(cfg["d"])
-    wr.add_block_count(cfg["n_layers"])
+    wr.add_block_count(n_layers)
     wr.add_feed_forward_length(cfg["ffn"])
     wr.add_head_count(cfg["n_heads"])
     wr.add_head_count_kv(cfg["n_kv"])
@@ -52,12 +59,20 @@ def write(target, cfg, w, out, name, head=None):
     wr.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     if head is not None:
         wr.add_key_value(HEAD_TOKENS_KEY, [int(t) for t in head], VT.ARRAY, sub_type=VT.UINT32)
+    for key, value, *types in extra:
+        wr.add_key_value(key, value, types[0], sub_type=types[1] if len(types) > 1 else None)
     for key, f in tr.fields.items():
         if key.startswith("tokenizer."):
             if f.types[0] == VT.ARRAY:
                 wr.add_key_value(key, f.contents(), VT.ARRAY, sub_type=f.types[-1])
             else:
                 wr.add_key_value(key, f.contents(), f.types[0])
+    return wr
+
+
+def write(target, cfg, w, out, name, head=None):
+    tr = GGUFReader(target)
+    wr = start(tr, out, name, cfg, cfg["n_layers"], head)
     order = ["token_embd.weight"] + [k for k in w if k.startswith("blk.")] + ["output_norm.weight"]
     for k in order:
         a = w[k]
