@@ -410,6 +410,13 @@ fn the_feature_draft() -> LoadedModel {
     load_model(&p, WeightFormat::Auto, &candle_core::Device::Cpu).unwrap()
 }
 
+/// An engine with the default target and the feature draft, and `req` on a code prompt.
+fn with_the_feature_draft(req: GenerateRequest) -> (Engine, GenerateRequest) {
+    let engine = Engine::new(load_target(WeightFormat::Auto), Some(the_feature_draft())).unwrap();
+    let prompt = "Write a Python function that returns the n-th Fibonacci number, with a docstring.".into();
+    (engine, GenerateRequest { prompt, ..req })
+}
+
 /// The feature draft's logits on the reference sequence equal a numpy forward of the same file
 /// (`train/export_eagle.py --fixture`): the target's final hidden states and its residual streams
 /// after the tapped blocks are read at the right positions, the draft's input joins the next
@@ -460,9 +467,7 @@ fn feature_draft_matches_the_numpy_reference() {
 /// at fixed draft lengths and adaptive; the draft's tokens are accepted (it reads the target).
 #[test]
 fn greedy_speculative_with_the_feature_draft_equals_greedy_target() {
-    let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_feature_draft())).unwrap();
-    let mut req = request(Mode::Target, 0.0, 0.0, DraftLen::Fixed(4), 64);
-    req.prompt = "Write a Python function that returns the n-th Fibonacci number, with a docstring.".into();
+    let (mut engine, req) = with_the_feature_draft(request(Mode::Target, 0.0, 0.0, DraftLen::Fixed(4), 64));
     let want = run(&mut engine, &req);
     for k in [DraftLen::Fixed(1), DraftLen::Fixed(3), DraftLen::Auto] {
         let got = run(&mut engine, &GenerateRequest { mode: Mode::Speculative, draft_len: k, ..req.clone() });
@@ -497,9 +502,7 @@ fn feature_draft_misuse_is_a_clear_error() {
 /// rejections and target-only rounds, the draft's cache rolled back past its own predictions).
 #[test]
 fn feature_draft_in_a_run_reads_the_targets_settled_features() {
-    let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_feature_draft())).unwrap();
-    let mut req = request(Mode::Speculative, 0.7, 0.0, DraftLen::Fixed(1), 96);
-    req.prompt = "Write a Python function that returns the n-th Fibonacci number, with a docstring.".into();
+    let (mut engine, req) = with_the_feature_draft(request(Mode::Speculative, 0.7, 0.0, DraftLen::Fixed(1), 96));
     let g = run(&mut engine, &req);
     let mut all = engine.target.tokenizer.prompt_ids(&req.prompt, false).unwrap();
     let n_prompt = all.len();

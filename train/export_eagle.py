@@ -20,10 +20,9 @@ The file is a one-block `llama` model (the target's width, heads and RoPE) plus:
 Matrices are Q8_0, norms F32, and all `tokenizer.*` keys are the target's."""
 import json, os, sys
 import numpy as np
-from gguf import GGUFReader, GGMLQuantizationType as Q, GGUFValueType as VT
-from gguf.quants import quantize
+from gguf import GGUFReader, GGUFValueType as VT
 from gguf_io import load_weights
-from export_gguf import HEAD_TOKENS_KEY, head_tokens, load_f16, start, tv_stats
+from export_gguf import HEAD_TOKENS_KEY, finish, head_tokens, load_f16, start, tv_stats
 import np_llama
 
 TAPS_KEY = "mentor_lab.feature_draft.taps"
@@ -44,15 +43,7 @@ def write(target, cfg, taps, w, out, head, own_embedding):
     if own_embedding:
         emb = next(t for t in tr.tensors if t.name == "token_embd.weight")
         wr.add_tensor("token_embd.weight", emb.data, raw_dtype=emb.tensor_type)
-    for k, a in w.items():
-        if a.ndim == 2:
-            wr.add_tensor(k, quantize(a, Q.Q8_0), raw_dtype=Q.Q8_0)
-        else:
-            wr.add_tensor(k, a.astype(np.float32))
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.write_tensors_to_file()
-    wr.close()
+    finish(wr, w.items())
 
 
 def rms(x, wt, eps):

@@ -74,8 +74,12 @@ def write(target, cfg, w, out, name, head=None):
     tr = GGUFReader(target)
     wr = start(tr, out, name, cfg, cfg["n_layers"], head)
     order = ["token_embd.weight"] + [k for k in w if k.startswith("blk.")] + ["output_norm.weight"]
-    for k in order:
-        a = w[k]
+    finish(wr, [(k, w[k]) for k in order])
+
+
+def finish(wr, tensors):
+    """Add (name, array) tensors (matrices as Q8_0, vectors as F32) and write the file."""
+    for k, a in tensors:
         if a.ndim == 2:
             wr.add_tensor(k, quantize(a, Q.Q8_0), raw_dtype=Q.Q8_0)
         else:
