@@ -610,7 +610,11 @@ impl Transformer {
         let h = cpu.forward(&self.config, x, pos);
         self.n_cached = pos + tokens.len();
         let last = h[h.len() - d..].to_vec();
-        let logits = self.head_logits(last.clone(), 1)?.flatten_all()?.to_vec1::<f32>()?;
+        let logits = match (&self.small_head, self.restrict_head) {
+            // The borrowed head rows, straight into the one buffer (no tensor round trip).
+            (Some(s), true) => s.logits(&last, 1, self.config.n_vocab),
+            _ => self.head_logits(last.clone(), 1)?.flatten_all()?.to_vec1::<f32>()?,
+        };
         Ok((last, logits))
     }
 
