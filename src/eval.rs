@@ -96,6 +96,51 @@ fn step_time(m: &mut LoadedModel, ctx: &[u32], n: usize) -> Result<f64> {
     Ok(times[n / 2])
 }
 
+/// The target's logits of every position of `ids` but the last, and a feature draft's where it
+/// drafts the token after them (positions from `n_prompt − 1`, read from the target's settled
+/// features as in a run; rows before are left empty).
+fn feature_rows(target: &mut LoadedModel, draft: &mut LoadedModel, ids: &[u32], n_prompt: usize) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>)> {
+    let spec = draft.model.feature_spec().cloned().ok_or_else(|| EngineError::InvalidSetting("not a feature draft".into()))?;
+    draft.model.borrow_embedding(&target.model)?;
+    target.model.set_taps(&spec.taps)?;
+    target.model.clear()?;
+    let n = ids.len() - 1;
+    let mut lazy = target.model.forward_lazy(&ids[..n])?;
+    target.model.lazy_rows(&mut lazy, n)?;
+    let rows_p = (0..n).map(|i| lazy.row(i).map(<[f32]>::to_vec).unwrap_or_default()).collect();
+    let feats = draft.model.lift_features(lazy.hidden(), target.model.last_taps())?;
+    let d = target.model.config.n_embd;
+    // Draft row r reads the feature of position r and the token at r + 1, and drafts the token at
+    // r + 2: the target's row r + 1 scores the same token.
+    let r0 = n_prompt.saturating_sub(2);
+    draft.model.clear()?;
+    if r0 > 0 {
+        draft.model.forward_features(&ids[1..r0 + 1], &feats[..r0 * d])?;
+    }
+    let mut rows_q = vec![Vec::new(); n];
+    for r in r0..n.saturating_sub(1) {
+        rows_q[r + 1] = draft.model.forward_features(&ids[r + 1..r + 2], &feats[r * d..(r + 1) * d])?.1;
+    }
+    Ok((rows_p, rows_q))
+}
+
+/// Median seconds of `n` feature-draft steps (each reading its own predicted feature) after a
+/// catch-up on `ctx`'s features.
+fn feature_step_time(target: &mut LoadedModel, draft: &mut LoadedModel, ctx: &[u32], n: usize) -> Result<f64> {
+    let (_, _) = feature_rows(target, draft, ctx, ctx.len())?;
+    let mut tok = ctx[ctx.len() - 1];
+    let mut feat = vec![0f32; target.model.config.n_embd];
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let (h, logits) = draft.model.forward_features(&[tok], &feat)?;
+        times.push(t.elapsed().as_secs_f64());
+        (feat, tok) = (h, argmax(&logits) as u32);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok(times[n / 2])
+}
+
 /// Evaluate `draft` against `target`; `n_tokens` continuation tokens per prompt, sampled from the
 /// target at `temperature` (seed 0), then scored position by position.
 pub fn evaluate(
@@ -128,10 +173,14 @@ pub fn evaluate(
         if ids.len() <= n_prompt {
             continue;
         }
-        target.model.clear()?;
-        draft.model.clear()?;
-        let rows_p = target.model.forward_rows(&ids[..ids.len() - 1])?;
-        let rows_q = draft.model.forward_rows(&ids[..ids.len() - 1])?;
+        let (rows_p, rows_q) = match draft.model.feature_spec() {
+            Some(_) => feature_rows(target, draft, &ids, n_prompt)?,
+            None => {
+                target.model.clear()?;
+                draft.model.clear()?;
+                (target.model.forward_rows(&ids[..ids.len() - 1])?, draft.model.forward_rows(&ids[..ids.len() - 1])?)
+            }
+        };
         let idx = match by_cat.iter().position(|(c, _)| *c == p.category) {
             Some(i) => i,
             None => {
@@ -156,8 +205,12 @@ pub fn evaluate(
     }
     progress(prompts.len(), prompts.len());
     let ctx: Vec<u32> = target.tokenizer.prompt_ids(&prompts[0].prompt, false)?;
+    target.model.set_taps(&[])?;
     let target_step_s = step_time(target, &ctx, 32)?;
-    let draft_step_s = step_time(draft, &ctx, 32)?;
+    let draft_step_s = match draft.model.feature_spec() {
+        Some(_) => feature_step_time(target, draft, &ctx, 32)?,
+        None => step_time(draft, &ctx, 32)?,
+    };
     Ok(EvalReport {
         temperature,
         rows: by_cat.iter().map(|(c, a)| a.row(c)).collect(),

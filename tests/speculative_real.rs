@@ -530,3 +530,21 @@ fn feature_draft_in_a_run_reads_the_targets_settled_features() {
     }
     assert!(checked >= 20, "only {checked} accepted draft tokens");
 }
+
+/// `eval-draft` scores a feature draft the way a run drafts with it (the target's settled
+/// features in): on held-out prompts it is closer to the target than the independent draft, on
+/// the very same positions.
+#[test]
+fn eval_draft_scores_the_feature_draft_from_settled_features() {
+    let all = mentor_lab::eval::read_prompts(&mentor_lab::models::assets_dir().join("prompts/eval.jsonl")).unwrap();
+    let prompts: Vec<_> = all.into_iter().step_by(5).collect();
+    let mut target = load_target(WeightFormat::Auto);
+    let mut eval = |draft: &mut LoadedModel| mentor_lab::eval::evaluate(&mut target, draft, &prompts, 0.7, 32, &mut |_, _| {}).unwrap();
+    let independent = eval(&mut the_draft(WeightFormat::Auto));
+    let feature = eval(&mut the_feature_draft());
+    assert_eq!(feature.overall.n_positions, independent.overall.n_positions);
+    let (f, i) = (feature.overall.mean_one_minus_tv, independent.overall.mean_one_minus_tv);
+    eprintln!("1 - TV over {} positions: feature draft {f:.3}, independent draft {i:.3}", feature.overall.n_positions);
+    assert!(f > i + 0.02, "feature draft {f}, independent draft {i}");
+    assert!(feature.draft_cost_ratio > 0.0 && feature.draft_cost_ratio < 0.5, "{}", feature.draft_cost_ratio);
+}
