@@ -81,6 +81,11 @@ pub struct ModelInfo {
     pub n_vocab: usize,
     pub n_ctx: usize,
     pub file_size: u64,
+    /// A feature draft: it reads a target's hidden states (`mentor_lab.feature_draft.*`), so it
+    /// pairs with that target only and drafts on the CPU step. Absent in records written before
+    /// the field existed.
+    #[serde(default)]
+    pub feature_draft: bool,
 }
 
 const GGUF_MAGIC: &[u8; 4] = b"GGUF";
@@ -171,6 +176,7 @@ impl ModelFile {
             n_vocab: self.config.n_vocab,
             n_ctx: self.config.n_ctx,
             file_size: self.file_size,
+            feature_draft: self.content.metadata.contains_key(FEATURE_TAPS_KEY),
         }
     }
 

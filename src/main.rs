@@ -368,7 +368,7 @@ fn list_models() -> Result<()> {
                     "| {} | {} | {} | {:.1} M | {} | {} | {} | {:.1} MB |",
                     path.display(),
                     i.name,
-                    i.arch,
+                    if i.feature_draft { format!("{} (feature draft)", i.arch) } else { i.arch.clone() },
                     i.n_params as f64 / 1e6,
                     i.quantization,
                     i.n_vocab,

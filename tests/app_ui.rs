@@ -421,6 +421,7 @@ fn snapshot(dark: bool, name: &str) {
         n_vocab: 49152,
         n_ctx: 8192,
         file_size: n_params / 2,
+        feature_draft: false,
     };
     rig.send(EngineEvent::Loaded {
         target: info("SmolLM2-135M-Instruct", 134_515_008, "Q4_1"),
@@ -457,4 +458,60 @@ fn panels_are_drawn_by_the_clear_colour_of_their_theme() {
         assert_ne!(want.a(), 0);
         assert_eq!(mentor_lab::app::clear_color(&visuals), want.to_normalized_gamma_f32(), "{theme:?}: the clear colour is the theme's panel colour");
     }
+}
+
+/// With the default target loaded, the two shipped drafts are one click apart (the click loads
+/// the other draft and keeps it in the settings); with any other target the choice is not shown,
+/// since the feature draft reads the default target's hidden states only.
+#[test]
+fn the_shipped_drafts_are_one_click_apart_with_the_default_target() {
+    let (Some(independent), Some(feature)) = (mentor_lab::models::default_draft(), mentor_lab::models::feature_draft()) else {
+        panic!("the shipped drafts are missing from assets/models")
+    };
+    let info = |path: &std::path::Path, feature_draft: bool| mentor_lab::gguf::ModelInfo {
+        path: path.to_path_buf(),
+        name: path.file_stem().unwrap().to_string_lossy().into_owned(),
+        arch: "llama".into(),
+        n_params: 5_000_000,
+        quantization: "Q8_0".into(),
+        n_vocab: 49152,
+        n_ctx: 8192,
+        file_size: 7_000_000,
+        feature_draft,
+    };
+    let loaded = |target: PathBuf, draft: &std::path::Path, feature_draft: bool| EngineEvent::Loaded {
+        target: info(&target, false),
+        target_weights: "Q4_1".into(),
+        draft: Some((info(draft, feature_draft), "Q8_0".into())),
+    };
+    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = harness(app);
+    let loads = |rig: &Rig| rig.cmd_rx.try_iter().filter_map(|c| if let EngineCommand::Load(m) = c { Some(m) } else { None }).collect::<Vec<_>>();
+
+    rig.send(loaded(PathBuf::from("/models/another-target.gguf"), &independent, false));
+    h.run_steps(2);
+    assert!(h.query_by_label("feature").is_none(), "the feature draft offered beside a target it cannot read");
+
+    let default_target = mentor_lab::models::models_dir().join(mentor_lab::models::DEFAULT_TARGET_FILE);
+    rig.send(loaded(default_target.clone(), &independent, false));
+    h.run_steps(2);
+    loads(&rig);
+    // Clicking the draft already loaded reloads nothing.
+    h.get_by_label("independent").click();
+    h.run_steps(2);
+    assert!(loads(&rig).is_empty());
+    h.get_by_label("feature").click();
+    h.run_steps(2);
+    let sent = loads(&rig);
+    assert_eq!(sent.len(), 1);
+    assert_eq!((sent[0].target.clone(), sent[0].draft.clone()), (h.state().settings.models.target.clone(), Some(feature.clone())));
+    assert_eq!(h.state().settings.models.draft, Some(feature.clone()));
+
+    // Once loaded, the draft line says what kind of draft it is, and the way back is one click.
+    rig.send(loaded(default_target, &feature, true));
+    h.run_steps(2);
+    h.get_by_label_contains("feature draft (reads the target's hidden states)");
+    h.get_by_label("independent").click();
+    h.run_steps(2);
+    assert_eq!(loads(&rig).last().and_then(|m| m.draft.clone()), Some(independent));
 }

@@ -279,24 +279,39 @@ fn adaptive_copies_from_the_context_and_stays_lossless() {
 
 /// A drafted round goes on by copying where its tokens led back to a passage of the context
 /// (refactoring code repeats it): still the target's greedy text, and every accepted token is
-/// marked by where its proposal came from.
+/// marked by where its proposal came from. Whether a round copies after its drafted tokens is the
+/// policy's call from measured costs, so it varies with the machine and its load (on a loaded
+/// machine, with tests running beside, a whole `code` run can go without one): the runs go on,
+/// each checked in full, until one does, over prompts where renamed code repeats its structure.
 #[test]
 fn adaptive_rounds_go_on_by_copying_after_drafted_tokens() {
     let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_draft(WeightFormat::Auto))).unwrap();
-    let prompt = mentor_lab::presets::preset("code").map(|p| p.prompt).unwrap_or_default();
-    let req = GenerateRequest { prompt: prompt.into(), ..request(Mode::Speculative, 0.0, 0.0, DraftLen::Auto, 128) };
-    let want = run(&mut engine, &GenerateRequest { mode: Mode::Target, ..req.clone() });
-    let got = run(&mut engine, &req);
-    assert_eq!(ids(&got), ids(&want));
-    let tails = got.rounds.iter().filter(|r| r.n_copied > 0 && r.n_copied < r.n_proposed).count();
-    assert!(tails > 0, "no round copied after drafted tokens: {:?}", got.rounds);
-    for (t, copied) in with_copy_flags(&got) {
-        match t.source {
-            TokenSource::CopyAccepted => assert!(copied, "{t:?}"),
-            TokenSource::DraftAccepted => assert!(!copied, "{t:?}"),
-            _ => {}
+    let code = mentor_lab::presets::preset("code").map(|p| p.prompt).unwrap_or_default();
+    let function = code.split_once("\n\n").map(|(_, f)| f).unwrap_or_default();
+    let prompts = [
+        format!("Rename the variables of this Python function to clearer names and show the whole function:\n\n{function}"),
+        code.to_string(),
+    ];
+    let mut tails_seen = Vec::new();
+    for prompt in prompts.iter().cycle().take(6) {
+        let req = GenerateRequest { prompt: prompt.clone(), ..request(Mode::Speculative, 0.0, 0.0, DraftLen::Auto, 160) };
+        let want = run(&mut engine, &GenerateRequest { mode: Mode::Target, ..req.clone() });
+        let got = run(&mut engine, &req);
+        assert_eq!(ids(&got), ids(&want));
+        for (t, copied) in with_copy_flags(&got) {
+            match t.source {
+                TokenSource::CopyAccepted => assert!(copied, "{t:?}"),
+                TokenSource::DraftAccepted => assert!(!copied, "{t:?}"),
+                _ => {}
+            }
+        }
+        let tails = got.rounds.iter().filter(|r| r.n_copied > 0 && r.n_copied < r.n_proposed).count();
+        tails_seen.push(tails);
+        if tails > 0 {
+            break;
         }
     }
+    assert!(tails_seen.iter().any(|&n| n > 0), "no round copied after drafted tokens in {} runs", tails_seen.len());
 }
 
 /// Randomised probability integral transforms of `g`'s tokens under the target's own

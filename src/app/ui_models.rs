@@ -3,12 +3,14 @@
 use super::engine_thread::ModelChoice;
 use super::{MentorApp, UiCommand};
 use crate::gguf::ModelInfo;
+use crate::models;
 
 fn describe(info: &ModelInfo, weights: &str) -> String {
     format!(
-        "{} · {} · {:.0}M params · {} → {} · {:.0} MB",
+        "{} · {}{} · {:.0}M params · {} → {} · {:.0} MB",
         info.name,
         info.arch,
+        if info.feature_draft { " feature draft (reads the target's hidden states)" } else { "" },
         info.n_params as f64 / 1e6,
         info.quantization,
         weights,
@@ -48,6 +50,7 @@ pub fn models_bar_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         if ui.button("Open draft…").clicked() {
             app.queue(UiCommand::OpenDraft);
         }
+        shipped_drafts_ui(app, ui);
     });
     ui.horizontal(|ui| {
         let target_fp = app
@@ -106,4 +109,32 @@ pub fn models_bar_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         });
     }
     ui.add_space(2.0);
+}
+
+/// The two drafts shipped for the default target, one click apart: the independent draft (the
+/// default pair's) and, where it ships (not in the Metal bundle), the feature draft. Shown only
+/// while the default target is loaded, the one target the feature draft can read.
+fn shipped_drafts_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
+    let default_target = app.view.models.target.as_ref().is_some_and(|(t, _)| t.path.file_name().is_some_and(|n| n == models::DEFAULT_TARGET_FILE));
+    let (Some(independent), Some(feature)) = (models::default_draft(), models::feature_draft()) else { return };
+    if !default_target || app.view.models.loading {
+        return;
+    }
+    let current = app.view.models.draft.as_ref().map(|(d, _)| d.path.clone());
+    ui.separator();
+    ui.label("Shipped drafts:");
+    let choices = [
+        (independent, "independent", "Drafts from the tokens alone (the default pair's draft). Its text is the better one to follow at high TV budgets; it also runs on Metal."),
+        (
+            feature,
+            "feature",
+            "Reads the target's own hidden states, so each round's first token starts from what the target knew: more tokens accepted and faster at D = 0 on the CPU. Followed deep at high budgets, its text costs more target likelihood. CPU only.",
+        ),
+    ];
+    for (path, label, hover) in choices {
+        let selected = current.as_ref() == Some(&path);
+        if ui.selectable_label(selected, label).on_hover_text(hover).clicked() && !selected {
+            app.queue(UiCommand::Load(ModelChoice { draft: Some(path), ..app.settings.models.clone() }));
+        }
+    }
 }
