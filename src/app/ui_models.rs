@@ -43,14 +43,16 @@ pub fn models_bar_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     ui.horizontal(|ui| {
         ui.add_space(118.0);
         ui.label("Draft: ");
-        match &app.view.models.draft {
-            Some((info, w)) => ui.monospace(describe(info, w)),
-            None => ui.weak("none loaded"),
-        };
+        // The buttons first: a draft's description can be wider than the window.
         if ui.button("Open draft…").clicked() {
             app.queue(UiCommand::OpenDraft);
         }
         shipped_drafts_ui(app, ui);
+        match &app.view.models.draft {
+            // Cut to the window's width; the whole line shows on hover.
+            Some((info, w)) => ui.add(egui::Label::new(egui::RichText::new(describe(info, w)).monospace()).truncate()),
+            None => ui.weak("none loaded"),
+        };
     });
     ui.horizontal(|ui| {
         let target_fp = app
@@ -121,8 +123,7 @@ fn shipped_drafts_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         return;
     }
     let current = app.view.models.draft.as_ref().map(|(d, _)| d.path.clone());
-    ui.separator();
-    ui.label("Shipped drafts:");
+    ui.label("Shipped:");
     let choices = [
         (independent, "independent", "Drafts from the tokens alone (the default pair's draft). Its text is the better one to follow at high TV budgets; it also runs on Metal."),
         (
@@ -137,4 +138,5 @@ fn shipped_drafts_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
             app.queue(UiCommand::Load(ModelChoice { draft: Some(path), ..app.settings.models.clone() }));
         }
     }
+    ui.separator();
 }
