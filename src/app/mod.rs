@@ -59,6 +59,9 @@ pub struct MentorApp {
     pub history: Vec<RunRecord>,
     pub view: ViewState,
     pub found: Vec<FoundModel>,
+    /// The independent and the feature draft shipped in the assets, where both are there (looked
+    /// up once: the models bar offers them every frame).
+    pub shipped_drafts: Option<(PathBuf, PathBuf)>,
     engine: EngineHandle,
     dialogs: Box<dyn Dialogs>,
     next_run_id: u64,
@@ -80,6 +83,7 @@ impl MentorApp {
             history,
             view: ViewState::default(),
             found: Vec::new(),
+            shipped_drafts: crate::models::default_draft().zip(crate::models::feature_draft()),
             engine,
             dialogs,
             next_run_id: 1,

@@ -118,7 +118,7 @@ pub fn models_bar_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
 /// while the default target is loaded, the one target the feature draft can read.
 fn shipped_drafts_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     let default_target = app.view.models.target.as_ref().is_some_and(|(t, _)| t.path.file_name().is_some_and(|n| n == models::DEFAULT_TARGET_FILE));
-    let (Some(independent), Some(feature)) = (models::default_draft(), models::feature_draft()) else { return };
+    let Some((independent, feature)) = app.shipped_drafts.clone() else { return };
     if !default_target || app.view.models.loading {
         return;
     }
