@@ -224,6 +224,19 @@ def grow(ws, n_old, n_new, fresh):
     return out
 
 
+def prompt_probs(train_prompts, cats, cat_weight):
+    """Sampling probabilities of the listed prompts: uniform, times the weight of each category
+    named in `cat_weight` ("code=3,qa=0.5"; the others weigh 1)."""
+    w = {c: 1.0 for c in cats}
+    for part in filter(None, (cat_weight or "").split(",")):
+        name, _, value = part.partition("=")
+        if name not in w:
+            raise SystemExit(f"--cat_weight: unknown category {name!r} (known: {', '.join(cats)})")
+        w[name] = float(value)
+    p = np.array([w[cats[c]] for c, _ in train_prompts], dtype=np.float64)
+    return p / p.sum()
+
+
 def teacher_data(teacher, inp, args, gen, vocab, results):
     """Teacher continuations of the training prompts (and of prompts it writes itself), sampled until
     args.gen_until; returns (data, wdata, nchunk): token windows [nchunk, seq] on the GPU and their loss
@@ -252,7 +265,8 @@ def teacher_data(teacher, inp, args, gen, vocab, results):
                 self_examples += ps[:8]
             kind = "self"
         if kind != "self" or not ps:  # (a random smoke-test teacher rarely ends its user turn)
-            idx = rng.choice(len(train_prompts), size=min(args.gen_batch, len(train_prompts)), replace=False)
+            idx = rng.choice(len(train_prompts), size=min(args.gen_batch, len(train_prompts)), replace=False,
+                             p=prompt_probs(train_prompts, inp["cats"], args.cat_weight))
             ps = [train_prompts[i][1] for i in idx]
             kind = "listed"
         rs = generate(teacher, ps, args.max_new, temp, gen, deadline=T0 + args.gen_until)
@@ -318,6 +332,8 @@ def run_args(gen_batch, lr, warmup):
     ap.add_argument("--tv_weight", type=float, default=1.0,
                     help="weight of TV(p,q) at --tv_temp added to KL(p||q) at T=1 (TV = 1 - acceptance rate)")
     ap.add_argument("--tv_temp", type=float, default=0.7)
+    ap.add_argument("--cat_weight", default="",
+                    help='sampling weight of listed prompts by category, e.g. "code=3" (others weigh 1)')
     return ap
 
 
@@ -415,6 +431,7 @@ def main():
                     help="dir with student_index.json + student_w*.f16 to continue from; if --layers is larger "
                          "than the loaded model's, new layers are inserted evenly with zero output projections "
                          "(the grown model computes exactly what the loaded one did)")
+    ap.add_argument("--init_gguf", default=None, help="a draft GGUF (export_gguf.py's) to continue from")
     ap.add_argument("--est_steps", type=int, default=3000, help="cosine horizon; re-estimated from measured speed")
     args = ap.parse_args()
     dev = "cuda"
@@ -459,7 +476,15 @@ def main():
         if p_.dim() == 2 and "token_embd" not in n_:
             std = 0.02 / math.sqrt(2 * args.layers) if ("attn_output" in n_ or "ffn_down" in n_) else 0.02
             nn.init.normal_(p_, std=std)
-    if args.init_from:
+    if args.init_gguf:
+        # a shipped draft (Q8_0, dequantized): same names and layout as the teacher's GGUF
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from gguf_io import load_weights
+        gcfg, ws = load_weights(args.init_gguf)
+        ws = {k: v for k, v in ws.items() if k in student.gguf_state()}
+        student.load_gguf_state(ws)
+        log(f"student initialised from {args.init_gguf} ({gcfg})")
+    elif args.init_from:
         ix, ws = load_f16(args.init_from, "student")
         n_old = ix["cfg"]["n_layers"]
         if args.layers > n_old:

@@ -65,6 +65,59 @@ CODE_EXTRA = [
     "Explain how a for loop works in Python.", "What are Python decorators?",
 ]
 
+# Prompts that paste code and ask for work on it (session 18): review, refactor, explain, fix, port.
+# None of these snippets is the `code` bench preset's function (src/presets.rs).
+SNIPPET_T = [
+    "Refactor this {lang} code to be clearer, and explain your changes:\n\n{c}",
+    "Explain what this {lang} code does, line by line:\n\n{c}",
+    "Is there a bug in this {lang} code? If so, fix it:\n\n{c}",
+    "Make this {lang} code faster and explain why it is faster:\n\n{c}",
+    "Add comments and better names to this {lang} code:\n\n{c}",
+    "Write unit tests for this {lang} code:\n\n{c}",
+    "Simplify this {lang} code:\n\n{c}",
+    "Review this {lang} code and suggest improvements:\n\n{c}",
+    "Rewrite this {lang} code in a more idiomatic style:\n\n{c}",
+    "What is the time complexity of this {lang} code? Can it be improved?\n\n{c}",
+]
+SNIPPETS = [
+    ("Python", "def g(s):\n    out = ''\n    for ch in s:\n        if ch != ' ':\n            out = out + ch\n    return out"),
+    ("Python", "def total(xs):\n    t = 0\n    i = 0\n    while i < len(xs):\n        t = t + xs[i]\n        i = i + 1\n    return t"),
+    ("Python", "def find(d, v):\n    for k in d.keys():\n        if d[k] == v:\n            return k\n    return None"),
+    ("Python", "def avg(nums):\n    s = 0\n    for n in nums:\n        s += n\n    return s / len(nums)"),
+    ("Python", "def count_words(text):\n    words = text.split(' ')\n    c = {}\n    for w in words:\n        if w in c:\n            c[w] = c[w] + 1\n        else:\n            c[w] = 1\n    return c"),
+    ("Python", "def is_prime(n):\n    for i in range(2, n):\n        if n % i == 0:\n            return False\n    return True"),
+    ("Python", "def longest(words):\n    best = ''\n    for w in words:\n        if len(w) > len(best):\n            best = w\n    return best"),
+    ("Python", "def merge(a, b):\n    r = a + b\n    r.sort()\n    return r"),
+    ("Python", "def dedupe(items):\n    seen = []\n    for x in items:\n        if x not in seen:\n            seen.append(x)\n    return seen"),
+    ("Python", "def read_numbers(path):\n    f = open(path)\n    nums = []\n    for line in f.readlines():\n        nums.append(int(line))\n    return nums"),
+    ("Python", "def fib(n):\n    if n <= 1:\n        return n\n    return fib(n - 1) + fib(n - 2)"),
+    ("Python", "def flatten(xss):\n    out = []\n    for xs in xss:\n        for x in xs:\n            out.append(x)\n    return out"),
+    ("Python", "def grades(scores):\n    res = []\n    for s in scores:\n        if s >= 90:\n            res.append('A')\n        elif s >= 80:\n            res.append('B')\n        else:\n            res.append('C')\n    return res"),
+    ("Python", "class Counter:\n    def __init__(self):\n        self.n = 0\n    def inc(self):\n        self.n = self.n + 1\n    def get(self):\n        return self.n"),
+    ("Python", "def pairs(xs, target):\n    out = []\n    for i in range(len(xs)):\n        for j in range(len(xs)):\n            if i != j and xs[i] + xs[j] == target:\n                out.append((xs[i], xs[j]))\n    return out"),
+    ("Python", "def max_val(lst):\n    m = lst[0]\n    for i in range(1, len(lst)):\n        if lst[i] > m:\n            m = lst[i]\n    return m"),
+    ("Python", "def rev(s):\n    r = ''\n    for i in range(len(s) - 1, -1, -1):\n        r += s[i]\n    return r"),
+    ("Python", "def vowels(s):\n    n = 0\n    for c in s:\n        if c == 'a' or c == 'e' or c == 'i' or c == 'o' or c == 'u':\n            n += 1\n    return n"),
+    ("Python", "def odd_cubes(l):\n    res = []\n    for x in l:\n        if x % 2 == 1:\n            res.append(x ** 3)\n    return res"),
+    ("Python", "def matrix_sum(m):\n    s = 0\n    for i in range(len(m)):\n        for j in range(len(m[i])):\n            s = s + m[i][j]\n    return s"),
+    ("JavaScript", "function sum(arr) {\n  var s = 0;\n  for (var i = 0; i < arr.length; i++) {\n    s = s + arr[i];\n  }\n  return s;\n}"),
+    ("JavaScript", "function getNames(users) {\n  let names = [];\n  for (let i = 0; i < users.length; i++) {\n    if (users[i].active == true) {\n      names.push(users[i].name);\n    }\n  }\n  return names;\n}"),
+    ("JavaScript", "function isEmpty(obj) {\n  for (var key in obj) {\n    return false;\n  }\n  return true;\n}"),
+    ("JavaScript", "function countChar(str, ch) {\n  let n = 0;\n  for (const c of str.split('')) {\n    if (c === ch) n++;\n  }\n  return n;\n}"),
+    ("C", "int max(int *a, int n) {\n    int m = a[0];\n    for (int i = 0; i < n; i++)\n        if (a[i] > m) m = a[i];\n    return m;\n}"),
+    ("C", "void reverse(char *s) {\n    int n = strlen(s);\n    for (int i = 0; i < n / 2; i++) {\n        char t = s[i];\n        s[i] = s[n - i];\n        s[n - i] = t;\n    }\n}"),
+    ("C", "int count_spaces(const char *s) {\n    int c = 0;\n    for (int i = 0; s[i] != 0; i++)\n        if (s[i] == ' ') c++;\n    return c;\n}"),
+    ("Rust", "fn sum_even(v: &Vec<i32>) -> i32 {\n    let mut s = 0;\n    for i in 0..v.len() {\n        if v[i] % 2 == 0 {\n            s = s + v[i];\n        }\n    }\n    s\n}"),
+    ("Rust", "fn first_word(s: &String) -> String {\n    let mut w = String::new();\n    for c in s.chars() {\n        if c == ' ' { break; }\n        w.push(c);\n    }\n    w\n}"),
+    ("Go", "func contains(xs []int, v int) bool {\n\tfor i := 0; i < len(xs); i++ {\n\t\tif xs[i] == v {\n\t\t\treturn true\n\t\t}\n\t}\n\treturn false\n}"),
+    ("Go", "func average(xs []float64) float64 {\n\tvar s float64\n\tfor _, x := range xs {\n\t\ts += x\n\t}\n\treturn s / float64(len(xs))\n}"),
+    ("Java", "public static int countPositive(int[] a) {\n    int c = 0;\n    for (int i = 0; i < a.length; i++) {\n        if (a[i] > 0) {\n            c = c + 1;\n        }\n    }\n    return c;\n}"),
+    ("Java", "public String join(List<String> parts) {\n    String s = \"\";\n    for (String p : parts) {\n        s = s + p + \",\";\n    }\n    return s;\n}"),
+    ("SQL", "SELECT * FROM orders WHERE customer_id IN (SELECT id FROM customers WHERE country = 'France') ORDER BY date"),
+    ("Bash", "for f in $(ls *.txt); do\n  cat $f | grep error | wc -l\ndone"),
+    ("TypeScript", "function parseAge(input: any): number {\n  let n = parseInt(input);\n  if (n == NaN) {\n    return 0;\n  }\n  return n;\n}"),
+]
+
 QA_T = [
     "What is {t}?", "Explain {t} in simple terms.", "Can you tell me about {t}?", "Why is {t} important?",
     "Give me three facts about {t}.", "How would you explain {t} to a child?", "What are the main ideas behind {t}?",
@@ -188,6 +241,7 @@ def build_train():
         for x in CODE_TOPICS:
             out.append(("code", t.format(t=x)))
     out += [("code", p) for p in CODE_EXTRA]
+    out += [("code", t.format(lang=lang, c=c)) for t in SNIPPET_T for lang, c in SNIPPETS]
     for t in QA_T:
         for x in QA_TOPICS:
             out.append(("qa", t.format(t=x)))
