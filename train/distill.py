@@ -249,6 +249,7 @@ def teacher_data(teacher, inp, args, gen, vocab, results):
         rng = np.random.default_rng(args.seed + 1000 * args.gen_seed)
         gen.manual_seed(args.seed + 1000 * args.gen_seed)
     temps = [0.7, 0.85, 1.0]
+    listed_p = prompt_probs(train_prompts, inp["cats"], args.cat_weight)
     docs, ntok, nb, n_self = [], 0, 0, 0
     self_examples = []
     while nb == 0 or time.time() - T0 < args.gen_until:
@@ -266,7 +267,7 @@ def teacher_data(teacher, inp, args, gen, vocab, results):
             kind = "self"
         if kind != "self" or not ps:  # (a random smoke-test teacher rarely ends its user turn)
             idx = rng.choice(len(train_prompts), size=min(args.gen_batch, len(train_prompts)), replace=False,
-                             p=prompt_probs(train_prompts, inp["cats"], args.cat_weight))
+                             p=listed_p)
             ps = [train_prompts[i][1] for i in idx]
             kind = "listed"
         rs = generate(teacher, ps, args.max_new, temp, gen, deadline=T0 + args.gen_until)
@@ -481,7 +482,8 @@ def main():
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from gguf_io import load_weights
         gcfg, ws = load_weights(args.init_gguf)
-        ws = {k: v for k, v in ws.items() if k in student.gguf_state()}
+        names = student.gguf_state().keys()
+        ws = {k: v for k, v in ws.items() if k in names}
         student.load_gguf_state(ws)
         log(f"student initialised from {args.init_gguf} ({gcfg})")
     elif args.init_from:
