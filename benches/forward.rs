@@ -19,7 +19,13 @@ fn matmul(c: &mut Criterion) {
     let dev = Device::Cpu;
     let w = Tensor::randn(0f32, 1f32, (1536, 576), &dev).unwrap();
     let mut group = c.benchmark_group("matmul_576x1536");
-    for (name, dtype) in [("q8_0", GgmlDType::Q8_0), ("q4_1", GgmlDType::Q4_1), ("q4_0", GgmlDType::Q4_0), ("f16", GgmlDType::F16), ("f32", GgmlDType::F32)] {
+    for (name, dtype) in [
+        ("q8_0", GgmlDType::Q8_0),
+        ("q4_1", GgmlDType::Q4_1),
+        ("q4_0", GgmlDType::Q4_0),
+        ("f16", GgmlDType::F16),
+        ("f32", GgmlDType::F32),
+    ] {
         let mm = match dtype {
             GgmlDType::F32 => QMatMul::Tensor(w.clone()),
             GgmlDType::F16 => QMatMul::TensorF16(w.to_dtype(candle_core::DType::F16).unwrap()),
@@ -63,7 +69,9 @@ fn draft_shapes(c: &mut Criterion) {
         let m = Q8Matrix::from_f32(&rand(n_out * n_in), n_out, n_in).unwrap();
         for k in [1usize, 9] {
             let x = rand(k * n_in);
-            group.bench_with_input(BenchmarkId::new(format!("{n_out}x{n_in}"), k), &k, |b, &k| b.iter(|| m.matmul(&x, k)));
+            group.bench_with_input(BenchmarkId::new(format!("{n_out}x{n_in}"), k), &k, |b, &k| {
+                b.iter(|| m.matmul(&x, k))
+            });
         }
     }
     group.finish();
@@ -84,7 +92,13 @@ fn attention(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("alone", n), &n, |b, &n| {
             b.iter(|| {
                 for h in 0..3 {
-                    head_attend(&qs[h * hd..][..hd], &keys, &values, &mut scores[h * n..][..n], &mut out[h * hd..][..hd]);
+                    head_attend(
+                        &qs[h * hd..][..hd],
+                        &keys,
+                        &values,
+                        &mut scores[h * n..][..n],
+                        &mut out[h * hd..][..hd],
+                    );
                 }
             })
         });

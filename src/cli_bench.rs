@@ -39,10 +39,19 @@ pub struct BenchArgs {
 }
 
 fn default_configs() -> Vec<String> {
-    ["target", "draft", "fixed=4,tv=0", "fixed=4,tv=1", "fixed=8,tv=1", "fixed=8,tv=0.75", "fixed=8,tv=0.5", "auto,tv=0"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    [
+        "target",
+        "draft",
+        "fixed=4,tv=0",
+        "fixed=4,tv=1",
+        "fixed=8,tv=1",
+        "fixed=8,tv=0.75",
+        "fixed=8,tv=0.5",
+        "auto,tv=0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 /// A bench configuration applied on top of a base request.
@@ -143,23 +152,24 @@ pub fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
 
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
     let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
-    if n == 0 { f64::NAN } else { s / n as f64 }
+    if n == 0 {
+        f64::NAN
+    } else {
+        s / n as f64
+    }
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    let configs: Vec<BenchConfig> = args
-        .configs
-        .iter()
-        .flat_map(|c| c.split_whitespace())
-        .map(parse_config)
-        .collect::<Result<_>>()?;
+    let configs: Vec<BenchConfig> =
+        args.configs.iter().flat_map(|c| c.split_whitespace()).map(parse_config).collect::<Result<_>>()?;
     let prompt = preset(&args.prompt).map(|p| p.prompt.to_string()).unwrap_or_else(|| args.prompt.clone());
     let need_draft = configs.iter().any(|c| c.mode != Mode::Target);
     let mut engine = crate::load_engine(&args.models, need_draft)?;
     // The other draft of a comparison, swapped in for the configurations that name it.
     let mut other_draft = match configs.iter().any(|c| c.feature) {
         true => {
-            let p = mentor_lab::models::feature_draft().context("`,feature` needs assets/models/smollm2-135m-feature-draft.Q8_0.gguf")?;
+            let p = mentor_lab::models::feature_draft()
+                .context("`,feature` needs assets/models/smollm2-135m-feature-draft.Q8_0.gguf")?;
             let d = mentor_lab::load_model(&p, args.models.weights, &mentor_lab::model::default_device())?;
             mentor_lab::generate::check_vocab(&engine.target, &d)?;
             Some(d)
@@ -257,7 +267,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let ratios: Vec<f64> = all
             .iter()
             .filter(|m| m.config == label)
-            .filter_map(|m| all.iter().find(|t| t.config == "target" && t.repeat == m.repeat && t.seed == m.seed).map(|t| t.e2e_s / m.e2e_s))
+            .filter_map(|m| {
+                all.iter()
+                    .find(|t| t.config == "target" && t.repeat == m.repeat && t.seed == m.seed)
+                    .map(|t| t.e2e_s / m.e2e_s)
+            })
             .collect();
         let q = |p| quantile(ratios.clone(), p);
         Some((q(0.5), q(0.25), q(0.75))).filter(|s| s.0.is_finite())
@@ -276,7 +290,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "| {} | {} | {} | {} | {:.2} | {:.1} | {} | {:.3} | {} | {} |",
             c.label,
             if spec && drafted > 0 { format!("{:.1}%", 100.0 * accepted as f64 / drafted as f64) } else { "-".into() },
-            if copied > 0 { format!("{:.0}% ({:.0}%)", 100.0 * copied as f64 / drafted as f64, 100.0 * copied_accepted as f64 / copied as f64) } else { "-".into() },
+            if copied > 0 {
+                format!(
+                    "{:.0}% ({:.0}%)",
+                    100.0 * copied as f64 / drafted as f64,
+                    100.0 * copied_accepted as f64 / copied as f64
+                )
+            } else {
+                "-".into()
+            },
             if spec { format!("{:.1}", mean(ms.iter().map(|m| m.n_rounds as f64))) } else { "-".into() },
             e2e,
             mean(ms.iter().map(|m| m.n_tokens as f64 / m.e2e_s)),
@@ -392,9 +414,15 @@ mod tests {
     #[test]
     fn configs_parse_with_their_switches_and_reject_unknown_parts() {
         let c = parse_config("auto,tv=0,nolookup,noamx").unwrap();
-        assert_eq!((c.mode, c.draft_len, c.budget, c.lookup, c.tiles, c.bonus), (Mode::Speculative, DraftLen::Auto, 0.0, false, false, true));
+        assert_eq!(
+            (c.mode, c.draft_len, c.budget, c.lookup, c.tiles, c.bonus),
+            (Mode::Speculative, DraftLen::Auto, 0.0, false, false, true)
+        );
         let c = parse_config("fixed=8,kl=0.5,nobonus").unwrap();
-        assert_eq!((c.draft_len, c.rule, c.budget, c.bonus, c.tiles), (DraftLen::Fixed(8), MentorRule::Kl, 0.5, false, true));
+        assert_eq!(
+            (c.draft_len, c.rule, c.budget, c.bonus, c.tiles),
+            (DraftLen::Fixed(8), MentorRule::Kl, 0.5, false, true)
+        );
         assert_eq!(parse_config("target").unwrap().mode, Mode::Target);
         let c = parse_config("auto,tv=0,feature").unwrap();
         assert!(c.feature && !parse_config("auto,tv=0").unwrap().feature);

@@ -373,7 +373,11 @@ pub fn heads_attend(qs: &[f32], hd: usize, keys: &[f32], values: &[f32], scores:
     let seen = scores.len() / r.max(1);
     #[cfg(target_arch = "x86_64")]
     {
-        if (2..=HEADS_TOGETHER).contains(&r) && hd.is_multiple_of(8) && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        if (2..=HEADS_TOGETHER).contains(&r)
+            && hd.is_multiple_of(8)
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+        {
             // SAFETY: the features were just detected; the sizes are checked inside.
             return unsafe {
                 match r {
@@ -391,7 +395,14 @@ pub fn heads_attend(qs: &[f32], hd: usize, keys: &[f32], values: &[f32], scores:
 /// [`head_attend_avx2`] for `R` queries at once, in the same order of operations per query.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn heads_attend_avx2<const R: usize>(qs: &[f32], keys: &[f32], values: &[f32], scores: &mut [f32], out: &mut [f32], n: usize) {
+unsafe fn heads_attend_avx2<const R: usize>(
+    qs: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    scores: &mut [f32],
+    out: &mut [f32],
+    n: usize,
+) {
     use std::arch::x86_64::*;
     let hd = qs.len() / R;
     if keys.len() < n * hd || values.len() < n * hd || out.len() < R * hd || scores.len() < R * n {
@@ -570,7 +581,8 @@ fn head_attend_body(q: &[f32], keys: &[f32], values: &[f32], scores: &mut [f32],
                 acc[t] += qc[t] * kc[t];
             }
         }
-        let tail: f32 = q.chunks_exact(8).remainder().iter().zip(k.chunks_exact(8).remainder()).map(|(a, b)| a * b).sum();
+        let tail: f32 =
+            q.chunks_exact(8).remainder().iter().zip(k.chunks_exact(8).remainder()).map(|(a, b)| a * b).sum();
         *s = acc.iter().sum::<f32>() + tail;
         max = max.max(*s);
     }
@@ -592,7 +604,9 @@ mod tests {
     /// softmax(q·k / sqrt(hd)) · v in f64, the plain way.
     fn reference(q: &[f32], keys: &[f32], values: &[f32], n: usize) -> Vec<f64> {
         let hd = q.len();
-        let s: Vec<f64> = (0..n).map(|j| (0..hd).map(|d| q[d] as f64 * keys[j * hd + d] as f64).sum::<f64>() / (hd as f64).sqrt()).collect();
+        let s: Vec<f64> = (0..n)
+            .map(|j| (0..hd).map(|d| q[d] as f64 * keys[j * hd + d] as f64).sum::<f64>() / (hd as f64).sqrt())
+            .collect();
         let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
         let total: f64 = e.iter().sum();

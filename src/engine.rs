@@ -2,7 +2,9 @@
 //! app's engine thread and the tests all drive this API.
 
 use crate::error::{EngineError, Result};
-use crate::generate::{generate_single, generate_speculative, GenEvent, Generation, GenerateRequest, LoadedModel, Mode};
+use crate::generate::{
+    generate_single, generate_speculative, GenEvent, GenerateRequest, Generation, LoadedModel, Mode,
+};
 use crate::gguf::ModelFile;
 use crate::model::{Transformer, WeightFormat};
 use crate::tokenizer::TextTokenizer;

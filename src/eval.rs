@@ -99,8 +99,14 @@ fn step_time(m: &mut LoadedModel, ctx: &[u32], n: usize) -> Result<f64> {
 /// The target's logits of every position of `ids` but the last, and a feature draft's where it
 /// drafts the token after them (positions from `n_prompt − 1`, read from the target's settled
 /// features as in a run; rows before are left empty).
-fn feature_rows(target: &mut LoadedModel, draft: &mut LoadedModel, ids: &[u32], n_prompt: usize) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>)> {
-    let spec = draft.model.feature_spec().cloned().ok_or_else(|| EngineError::InvalidSetting("not a feature draft".into()))?;
+fn feature_rows(
+    target: &mut LoadedModel,
+    draft: &mut LoadedModel,
+    ids: &[u32],
+    n_prompt: usize,
+) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>)> {
+    let spec =
+        draft.model.feature_spec().cloned().ok_or_else(|| EngineError::InvalidSetting("not a feature draft".into()))?;
     draft.model.borrow_embedding(&target.model)?;
     target.model.set_taps(&spec.taps)?;
     target.model.clear()?;

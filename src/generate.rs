@@ -6,7 +6,9 @@ use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN};
 use crate::error::{EngineError, Result};
 use crate::mentor::{mix, verify_token, MentorRule};
 use crate::model::{LazyLogits, Transformer};
-use crate::sampling::{log_z_t1, nll_at_t1, nll_given_log_z, probabilities, sample_index, uniform, Purpose, SamplingParams};
+use crate::sampling::{
+    log_z_t1, nll_at_t1, nll_given_log_z, probabilities, sample_index, uniform, Purpose, SamplingParams,
+};
 use crate::tokenizer::{StreamDecoder, TextTokenizer};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -239,7 +241,10 @@ pub struct Generation {
 #[derive(Debug, Clone)]
 pub enum GenEvent {
     /// Prompt processed; decoding starts.
-    Prefilled { n_prompt_tokens: usize, prefill_s: f64 },
+    Prefilled {
+        n_prompt_tokens: usize,
+        prefill_s: f64,
+    },
     Token(TokenInfo),
     Round(RoundInfo),
 }
@@ -471,7 +476,8 @@ pub fn generate_single(
         let t = Instant::now();
         let logits = model.model.forward_rows(&[last])?.remove(0);
         let scored = mode == Mode::Target;
-        let (p, log_z) = beside_log_z(&logits, n_vocab, scored, || probabilities(&logits, &run.context, &req.sampling, n_vocab))?;
+        let (p, log_z) =
+            beside_log_z(&logits, n_vocab, scored, || probabilities(&logits, &run.context, &req.sampling, n_vocab))?;
         let pos = run.n_emitted() as u64;
         let x = sample_index(&p, uniform(req.seed, pos, purpose)) as u32;
         let mut info = plain_token(x, source);
@@ -495,7 +501,12 @@ pub fn generate_single(
 }
 
 /// Fill in p(x) and the target NLL of an already generated text (one batched forward).
-fn score_with_target(target: &mut LoadedModel, tok: &TextTokenizer, req: &GenerateRequest, g: &mut Generation) -> Result<()> {
+fn score_with_target(
+    target: &mut LoadedModel,
+    tok: &TextTokenizer,
+    req: &GenerateRequest,
+    g: &mut Generation,
+) -> Result<()> {
     if g.tokens.is_empty() {
         return Ok(());
     }
@@ -529,7 +540,12 @@ pub fn likely_rows(alpha: f64, k: usize) -> usize {
 /// computed on the engine's other thread, which idles between forwards. The normaliser is for the
 /// NLL reported with every token: a pass over the whole vocabulary with an exponential per token
 /// (~60 µs for 49152), a third of the sampling work of a verified token.
-fn beside_log_z<T: Send>(logits: &[f32], n_vocab: usize, scored: bool, work: impl FnOnce() -> T + Send) -> Result<(T, Option<f64>)> {
+fn beside_log_z<T: Send>(
+    logits: &[f32],
+    n_vocab: usize,
+    scored: bool,
+    work: impl FnOnce() -> T + Send,
+) -> Result<(T, Option<f64>)> {
     if !scored {
         return Ok((work(), None));
     }
@@ -629,7 +645,9 @@ pub fn generate_speculative(
         // A copy from the context, where the policy prefers it to drafting (never past
         // max_tokens, and ending at a stop token).
         let (mut copy, matched) = match auto && req.lookup {
-            true => crate::lookup::propose_matched(&run.context, MAX_DRAFT_LEN.min(run.remaining())).unwrap_or_default(),
+            true => {
+                crate::lookup::propose_matched(&run.context, MAX_DRAFT_LEN.min(run.remaining())).unwrap_or_default()
+            }
             false => (Vec::new(), 0),
         };
         copy.truncate(if copy.is_empty() { 0 } else { policy.lookup_len(copy.len(), matched) });
@@ -672,7 +690,9 @@ pub fn generate_speculative(
                 Some(_) => {
                     // Position i reads the target's feature at i and the token at i + 1.
                     let from = dmodel.n_cached();
-                    let f = feats.get(from * d_feat..(base - 1) * d_feat).ok_or_else(|| EngineError::InvalidSetting("feature draft: target features missing".into()))?;
+                    let f = feats
+                        .get(from * d_feat..(base - 1) * d_feat)
+                        .ok_or_else(|| EngineError::InvalidSetting("feature draft: target features missing".into()))?;
                     let (h, logits) = dmodel.forward_features(&run.context[from + 1..base], f)?;
                     (predicted, caught_up) = (h, base - 1 - from);
                     logits
@@ -829,7 +849,8 @@ pub fn generate_speculative(
         if !rejected && !run.done() && (k == 0 || req.bonus) {
             let pos = (base - run.n_prompt + k) as u64;
             let logits = verify_row(tmodel, &mut rows, k, &mut verify_s)?;
-            let (p, log_z) = beside_log_z(logits, n_vocab, true, || probabilities(logits, &run.context, &req.sampling, n_vocab))?;
+            let (p, log_z) =
+                beside_log_z(logits, n_vocab, true, || probabilities(logits, &run.context, &req.sampling, n_vocab))?;
             let x = sample_index(&p, uniform(req.seed, pos, Purpose::TargetSample)) as u32;
             let source = if k == 0 { TokenSource::Target } else { TokenSource::Bonus };
             let info = TokenInfo { p_target: Some(p[x as usize]), round: Some(round), ..plain_token(x, source) };
@@ -845,7 +866,10 @@ pub fn generate_speculative(
             // the last emitted token); the draft keeps only positions computed from true features.
             Some(_) => {
                 let n = keep + 1 - base;
-                let h = rows.hidden().get(..n * d_feat).ok_or_else(|| EngineError::InvalidSetting("feature draft: verify hidden states missing".into()))?;
+                let h = rows
+                    .hidden()
+                    .get(..n * d_feat)
+                    .ok_or_else(|| EngineError::InvalidSetting("feature draft: verify hidden states missing".into()))?;
                 let taps = tmodel.last_taps();
                 let taps = taps.get(..taps.len() / feed.len() * n).unwrap_or(&[]);
                 feats.truncate((base - 1) * d_feat);

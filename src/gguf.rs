@@ -122,9 +122,19 @@ impl ModelFile {
     pub fn head_tokens(&self) -> std::result::Result<Option<Vec<u32>>, String> {
         let Some(v) = self.content.metadata.get(HEAD_TOKENS_KEY) else { return Ok(None) };
         let items = v.to_vec().map_err(|e| format!("`{HEAD_TOKENS_KEY}` is not an array: {e}"))?;
-        let ids: Vec<u32> = items.iter().map(|x| x.to_u32()).collect::<std::result::Result<_, _>>().map_err(|e| format!("`{HEAD_TOKENS_KEY}` must hold u32 token ids: {e}"))?;
-        if ids.is_empty() || ids.windows(2).any(|w| w[0] >= w[1]) || ids.last().is_some_and(|&l| l as usize >= self.config.n_vocab) {
-            return Err(format!("`{HEAD_TOKENS_KEY}` must be non-empty, ascending, unique token ids below {}", self.config.n_vocab));
+        let ids: Vec<u32> = items
+            .iter()
+            .map(|x| x.to_u32())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| format!("`{HEAD_TOKENS_KEY}` must hold u32 token ids: {e}"))?;
+        if ids.is_empty()
+            || ids.windows(2).any(|w| w[0] >= w[1])
+            || ids.last().is_some_and(|&l| l as usize >= self.config.n_vocab)
+        {
+            return Err(format!(
+                "`{HEAD_TOKENS_KEY}` must be non-empty, ascending, unique token ids below {}",
+                self.config.n_vocab
+            ));
         }
         Ok(Some(ids))
     }
@@ -137,16 +147,26 @@ impl ModelFile {
         let Some(v) = md.get(FEATURE_TAPS_KEY) else { return Ok(None) };
         let bad = |what: &str| format!("feature draft metadata: {what}; re-export the file with train/export_eagle.py");
         let items = v.to_vec().map_err(|_| bad(&format!("`{FEATURE_TAPS_KEY}` is not an array")))?;
-        let taps: Vec<usize> = items.iter().map(|x| x.to_u32().map(|t| t as usize)).collect::<std::result::Result<_, _>>().map_err(|_| bad(&format!("`{FEATURE_TAPS_KEY}` must hold u32 block indices")))?;
+        let taps: Vec<usize> = items
+            .iter()
+            .map(|x| x.to_u32().map(|t| t as usize))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| bad(&format!("`{FEATURE_TAPS_KEY}` must hold u32 block indices")))?;
         let num = |key: &str| -> std::result::Result<usize, String> {
-            md.get(key).and_then(|v| v.to_u32().ok()).map(|v| v as usize).ok_or_else(|| bad(&format!("`{key}` is missing")))
+            md.get(key)
+                .and_then(|v| v.to_u32().ok())
+                .map(|v| v as usize)
+                .ok_or_else(|| bad(&format!("`{key}` is missing")))
         };
         let (target_layers, target_embd) = (num(FEATURE_LAYERS_KEY)?, num(FEATURE_EMBD_KEY)?);
         if taps.windows(2).any(|w| w[0] >= w[1]) || taps.last().is_some_and(|&t| t >= target_layers) {
             return Err(bad(&format!("taps {taps:?} must be ascending block indices below {target_layers}")));
         }
         if target_embd != self.config.n_embd {
-            return Err(bad(&format!("it reads {target_embd}-wide features but its block is {} wide", self.config.n_embd)));
+            return Err(bad(&format!(
+                "it reads {target_embd}-wide features but its block is {} wide",
+                self.config.n_embd
+            )));
         }
         Ok(Some(FeatureDraftSpec { taps, target_layers, target_embd }))
     }
@@ -156,12 +176,7 @@ impl ModelFile {
     }
 
     pub fn info(&self) -> ModelInfo {
-        let n_params = self
-            .content
-            .tensor_infos
-            .values()
-            .map(|t| t.shape.elem_count() as u64)
-            .sum();
+        let n_params = self.content.tensor_infos.values().map(|t| t.shape.elem_count() as u64).sum();
         let name = self
             .meta_str("general.name")
             .map(str::to_string)
@@ -225,9 +240,7 @@ fn check_tensor_extent(path: &Path, content: &Content, file_size: u64) -> Result
         if end > file_size {
             return Err(EngineError::CorruptGguf {
                 path: path.to_path_buf(),
-                detail: format!(
-                    "tensor `{name}` ends at byte {end} but the file has only {file_size} bytes"
-                ),
+                detail: format!("tensor `{name}` ends at byte {end} but the file has only {file_size} bytes"),
             });
         }
     }
@@ -255,8 +268,7 @@ fn read_config(path: &Path, content: &Content) -> Result<ModelConfig> {
             .ok_or_else(|| missing(&full))
     };
     let get_f64 = |key: &str| -> Option<f64> {
-        md.get(&format!("{arch_name}.{key}"))
-            .and_then(|v| v.to_f32().ok().map(f64::from).or_else(|| v.to_f64().ok()))
+        md.get(&format!("{arch_name}.{key}")).and_then(|v| v.to_f32().ok().map(f64::from).or_else(|| v.to_f64().ok()))
     };
     let n_embd = get_usize("embedding_length")?;
     let n_head = get_usize("attention.head_count")?;

@@ -17,7 +17,6 @@
 //! chunk of blocks takes block i, then the 8 lanes are summed as `hsum256` does). The portable
 //! path (and NEON's on Arm) adds block by block; tests hold it to the SIMD results within 1e-3.
 
-
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod amx;
 /// Without AMX there is no tile layout to build.
@@ -111,7 +110,9 @@ fn chunk_source(p: usize, size: usize) -> usize {
 /// (see [`chunk_source`], which keeps each 4-element group together).
 fn chunk_words(size: usize) -> &'static [u16] {
     static TABLES: std::sync::OnceLock<[Vec<u16>; 4]> = std::sync::OnceLock::new();
-    let tables = TABLES.get_or_init(|| [1, 2, 4, 8].map(|s| (0..s * BLOCK / 4).map(|w| (chunk_source(4 * w, s) / 4) as u16).collect()));
+    let tables = TABLES.get_or_init(|| {
+        [1, 2, 4, 8].map(|s| (0..s * BLOCK / 4).map(|w| (chunk_source(4 * w, s) / 4) as u16).collect())
+    });
     &tables[size.trailing_zeros() as usize]
 }
 
@@ -263,7 +264,16 @@ fn finish_rows(n_rows: usize, n_in: usize, scales: Vec<f32>, quants: Vec<i8>, sc
             interleave_into(plain, il);
         }
     }
-    Q8Rows { n_rows, scales, quants, quants_il, quants_u8: Vec::new(), quants_pair: Vec::new(), tile_pairs: Vec::new(), scaled_sums }
+    Q8Rows {
+        n_rows,
+        scales,
+        quants,
+        quants_il,
+        quants_u8: Vec::new(),
+        quants_pair: Vec::new(),
+        tile_pairs: Vec::new(),
+        scaled_sums,
+    }
 }
 
 impl Q8Rows {
@@ -385,7 +395,13 @@ trait RowKernel: Sync {
 /// in L1 across its groups.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn for_groups(outs: std::ops::Range<usize>, n_rows: usize, max_group: usize, local: &mut [f32], group: impl FnMut(usize, usize, usize, &mut [f32])) {
+fn for_groups(
+    outs: std::ops::Range<usize>,
+    n_rows: usize,
+    max_group: usize,
+    local: &mut [f32],
+    group: impl FnMut(usize, usize, usize, &mut [f32]),
+) {
     for_output_groups(outs, n_rows, max_group, 1, local, group)
 }
 
@@ -394,7 +410,14 @@ fn for_groups(outs: std::ops::Range<usize>, n_rows: usize, max_group: usize, loc
 /// caller checks `outs.end - o`), rows `r0 .. r0 + n`, into `out[u · n_rows + j]`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn for_output_groups(outs: std::ops::Range<usize>, n_rows: usize, max_group: usize, per_call: usize, local: &mut [f32], mut group: impl FnMut(usize, usize, usize, &mut [f32])) {
+fn for_output_groups(
+    outs: std::ops::Range<usize>,
+    n_rows: usize,
+    max_group: usize,
+    per_call: usize,
+    local: &mut [f32],
+    mut group: impl FnMut(usize, usize, usize, &mut [f32]),
+) {
     let n_groups = n_rows.div_ceil(max_group);
     let mut o = outs.start;
     while o < outs.end {
@@ -413,7 +436,11 @@ fn for_output_groups(outs: std::ops::Range<usize>, n_rows: usize, max_group: usi
 /// multiplies, then pairwise adds; |a|, |b| ≤ 127 keeps each pair sum inside i16).
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 #[inline(always)]
-unsafe fn dot4_neon(acc: std::arch::aarch64::int32x4_t, a: std::arch::aarch64::int8x16_t, b: std::arch::aarch64::int8x16_t) -> std::arch::aarch64::int32x4_t {
+unsafe fn dot4_neon(
+    acc: std::arch::aarch64::int32x4_t,
+    a: std::arch::aarch64::int8x16_t,
+    b: std::arch::aarch64::int8x16_t,
+) -> std::arch::aarch64::int32x4_t {
     use std::arch::aarch64::*;
     let pairs = vpaddq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b)), vmull_high_s8(a, b));
     vpadalq_s16(acc, pairs)
@@ -585,7 +612,10 @@ impl Q8Matrix {
             scales: parts.iter().flat_map(|m| m.scales.iter().copied()).collect(),
             quants: parts.iter().flat_map(|m| m.quants.iter().copied()).collect(),
             wsum128: parts.iter().flat_map(|m| m.wsum128.iter().copied()).collect(),
-            amx: amx::AmxTiles::stack(&parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(), &parts.iter().map(|m| m.n_out).collect::<Vec<_>>()),
+            amx: amx::AmxTiles::stack(
+                &parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(),
+                &parts.iter().map(|m| m.n_out).collect::<Vec<_>>(),
+            ),
         })
     }
 
@@ -608,7 +638,14 @@ impl Q8Matrix {
     /// Only the given rows, in that order (a vocabulary head restricted to some tokens).
     pub fn select_rows(&self, rows: &[u32]) -> Option<Q8Matrix> {
         let nb = self.n_in / BLOCK;
-        let mut out = Q8Matrix { n_out: rows.len(), n_in: self.n_in, scales: Vec::new(), quants: Vec::new(), wsum128: Vec::new(), amx: None };
+        let mut out = Q8Matrix {
+            n_out: rows.len(),
+            n_in: self.n_in,
+            scales: Vec::new(),
+            quants: Vec::new(),
+            wsum128: Vec::new(),
+            amx: None,
+        };
         for &r in rows {
             let r = r as usize;
             out.scales.extend_from_slice(self.scales.get(r * nb..(r + 1) * nb)?);
@@ -674,7 +711,13 @@ impl Q8Matrix {
     /// Output `o` for activation rows `r0 .. r0 + N` (see [`Q8Matrix::group_body_multi`]).
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn group_body<const N: usize, const VNNI: bool, const WIDE: bool>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+    unsafe fn group_body<const N: usize, const VNNI: bool, const WIDE: bool>(
+        &self,
+        o: usize,
+        r0: usize,
+        xq: &Q8Rows,
+        out: &mut [f32],
+    ) {
         self.group_body_multi::<N, 1, VNNI, WIDE>(o, r0, xq, out)
     }
 
@@ -685,7 +728,13 @@ impl Q8Matrix {
     /// the same order as with U = 1.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn group_body_multi<const N: usize, const U: usize, const VNNI: bool, const WIDE: bool>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+    unsafe fn group_body_multi<const N: usize, const U: usize, const VNNI: bool, const WIDE: bool>(
+        &self,
+        o: usize,
+        r0: usize,
+        xq: &Q8Rows,
+        out: &mut [f32],
+    ) {
         use std::arch::x86_64::*;
         let nb = self.n_in / BLOCK;
         let mut xp = [std::ptr::null::<i8>(); N];
@@ -764,7 +813,8 @@ impl Q8Matrix {
             // Unsigned activations (x + 128) straight into vpdpbusd, one instruction per row and
             // vector; the +128 is taken back once per group with the weights' block sums.
             for v in 0..SIZE {
-                let w: [__m256i; U] = std::array::from_fn(|u| _mm256_loadu_si256(wq[u].add(v * BLOCK) as *const __m256i));
+                let w: [__m256i; U] =
+                    std::array::from_fn(|u| _mm256_loadu_si256(wq[u].add(v * BLOCK) as *const __m256i));
                 for j in 0..N {
                     let x = _mm256_loadu_si256(rows.xu[j].add(b0 * BLOCK + v * BLOCK) as *const __m256i);
                     for u in 0..U {
@@ -803,7 +853,8 @@ impl Q8Matrix {
             let w_scales = first_ps(self.scales.as_ptr().add((o + u) * nb + b0), SIZE);
             for j in 0..N {
                 let scales = _mm256_mul_ps(w_scales, first_ps(rows.xs[j].add(b0), SIZE));
-                acc[u][j] = _mm256_fmadd_ps(scales, _mm256_cvtepi32_ps(block_sums_first::<SIZE>(isum[u][j])), acc[u][j]);
+                acc[u][j] =
+                    _mm256_fmadd_ps(scales, _mm256_cvtepi32_ps(block_sums_first::<SIZE>(isum[u][j])), acc[u][j]);
             }
         }
     }
@@ -895,7 +946,8 @@ impl RowKernel for Q8Matrix {
                                 // Even lanes belong to the first block, odd lanes to the second.
                                 let both = vaddq_s32(lo, hi);
                                 let pair = vadd_s32(vget_low_s32(both), vget_high_s32(both));
-                                total += scale(b0) * vget_lane_s32::<0>(pair) as f32 + scale(b0 + 1) * vget_lane_s32::<1>(pair) as f32;
+                                total += scale(b0) * vget_lane_s32::<0>(pair) as f32
+                                    + scale(b0 + 1) * vget_lane_s32::<1>(pair) as f32;
                             }
                             _ => total += scale(b0) * vaddvq_s32(vaddq_s32(lo, hi)) as f32,
                         }
@@ -955,7 +1007,9 @@ impl Q8Matrix {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
     unsafe fn rows_vnni(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| dispatch_group!(self, group_vnni, o, r0, n, xq, out))
+        for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| {
+            dispatch_group!(self, group_vnni, o, r0, n, xq, out)
+        })
     }
 
     /// The VNNI kernel with 512-bit vectors for whole chunks of 8 blocks, two outputs per call
@@ -1062,14 +1116,24 @@ impl Q4Matrix {
             d: parts.iter().flat_map(|m| m.d.iter().copied()).collect(),
             m: parts.iter().flat_map(|m| m.m.iter().copied()).collect(),
             nibbles: parts.iter().flat_map(|m| m.nibbles.iter().copied()).collect(),
-            amx: amx::AmxTiles::stack(&parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(), &parts.iter().map(|m| m.n_out).collect::<Vec<_>>()),
+            amx: amx::AmxTiles::stack(
+                &parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(),
+                &parts.iter().map(|m| m.n_out).collect::<Vec<_>>(),
+            ),
         })
     }
 
     /// Only the given rows, in that order, like [`Q8Matrix::select_rows`].
     pub fn select_rows(&self, rows: &[u32]) -> Option<Q4Matrix> {
         let (nb, nh) = (self.n_in / BLOCK, self.n_in / 2);
-        let mut out = Q4Matrix { n_out: rows.len(), n_in: self.n_in, d: Vec::new(), m: Vec::new(), nibbles: Vec::new(), amx: None };
+        let mut out = Q4Matrix {
+            n_out: rows.len(),
+            n_in: self.n_in,
+            d: Vec::new(),
+            m: Vec::new(),
+            nibbles: Vec::new(),
+            amx: None,
+        };
         for &r in rows {
             let r = r as usize;
             out.d.extend_from_slice(self.d.get(r * nb..(r + 1) * nb)?);
@@ -1090,7 +1154,8 @@ impl Q4Matrix {
         let mut nibbles = vec![0u8; n_out * n_in / 2];
         let mut plain = vec![0u8; n_in];
         if n_in > 0 {
-            for (row, packed) in bytes.chunks_exact(n_in / BLOCK * block_bytes).zip(nibbles.chunks_exact_mut(n_in / 2)) {
+            for (row, packed) in bytes.chunks_exact(n_in / BLOCK * block_bytes).zip(nibbles.chunks_exact_mut(n_in / 2))
+            {
                 for (blk, q) in row.chunks_exact(block_bytes).zip(plain.chunks_exact_mut(BLOCK)) {
                     let scale = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
                     d.push(scale);
@@ -1135,7 +1200,13 @@ impl Q4Matrix {
     /// Output `o` for activation rows `r0 .. r0 + N` (see [`Q4Matrix::group_body_multi`]).
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn group_body<const N: usize, const VNNI: bool, const WIDE: bool>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+    unsafe fn group_body<const N: usize, const VNNI: bool, const WIDE: bool>(
+        &self,
+        o: usize,
+        r0: usize,
+        xq: &Q8Rows,
+        out: &mut [f32],
+    ) {
         self.group_body_multi::<N, 1, VNNI, WIDE>(o, r0, xq, out)
     }
 
@@ -1147,7 +1218,13 @@ impl Q4Matrix {
     /// arithmetic of each (output, row) is the same operations in the same order as with U = 1.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn group_body_multi<const N: usize, const U: usize, const VNNI: bool, const WIDE: bool>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+    unsafe fn group_body_multi<const N: usize, const U: usize, const VNNI: bool, const WIDE: bool>(
+        &self,
+        o: usize,
+        r0: usize,
+        xq: &Q8Rows,
+        out: &mut [f32],
+    ) {
         use std::arch::x86_64::*;
         let nb = self.n_in / BLOCK;
         let mut rows = Q4Rows { xp: [std::ptr::null(); N], xs: [std::ptr::null(); N], xsum: [std::ptr::null(); N] };
@@ -1192,10 +1269,17 @@ impl Q4Matrix {
     /// add, against four operations for Q8_0 without VNNI.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn chunk<const N: usize, const U: usize, const SIZE: usize, const VNNI: bool, const WIDE: bool>(&self, o: usize, b0: usize, rows: &Q4Rows<N>, acc: &mut [[std::arch::x86_64::__m256; N]; U]) {
+    unsafe fn chunk<const N: usize, const U: usize, const SIZE: usize, const VNNI: bool, const WIDE: bool>(
+        &self,
+        o: usize,
+        b0: usize,
+        rows: &Q4Rows<N>,
+        acc: &mut [[std::arch::x86_64::__m256; N]; U],
+    ) {
         use std::arch::x86_64::*;
         let nb = self.n_in / BLOCK;
-        let nib: [*const u8; U] = std::array::from_fn(|u| self.nibbles.as_ptr().add((o + u) * self.n_in / 2 + b0 * BLOCK / 2));
+        let nib: [*const u8; U] =
+            std::array::from_fn(|u| self.nibbles.as_ptr().add((o + u) * self.n_in / 2 + b0 * BLOCK / 2));
         let mut isum = [[_mm256_setzero_si256(); N]; U];
         if WIDE && SIZE == GROUP_BLOCKS {
             // 64 bytes of nibbles: vectors 4t and 4t + 2 in the low nibbles, 4t + 1 and 4t + 3 in
@@ -1234,7 +1318,8 @@ impl Q4Matrix {
             for j in 0..N {
                 let x = _mm256_loadu_si256(rows.xp[j].add(b0 * BLOCK) as *const __m256i);
                 for u in 0..U {
-                    isum[u][j] = if VNNI { _mm256_dpbusd_epi32(isum[u][j], w[u], x) } else { _mm256_maddubs_epi16(w[u], x) };
+                    isum[u][j] =
+                        if VNNI { _mm256_dpbusd_epi32(isum[u][j], w[u], x) } else { _mm256_maddubs_epi16(w[u], x) };
                 }
             }
         } else {
@@ -1366,7 +1451,9 @@ impl Q4Matrix {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
     unsafe fn rows_vnni(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| dispatch_group!(self, group_vnni, o, r0, n, xq, out))
+        for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| {
+            dispatch_group!(self, group_vnni, o, r0, n, xq, out)
+        })
     }
 
     /// The VNNI kernel with 512-bit vectors for whole chunks of 8 blocks, two outputs per call
@@ -1399,13 +1486,23 @@ mod tests {
     use super::*;
 
     fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
-        (0..n).map(|i| (crate::sampling::uniform(seed, i as u64, crate::sampling::Purpose::TargetSample) as f32 - 0.5) * 4.0).collect()
+        (0..n)
+            .map(|i| {
+                (crate::sampling::uniform(seed, i as u64, crate::sampling::Purpose::TargetSample) as f32 - 0.5) * 4.0
+            })
+            .collect()
     }
 
     /// GGML Q4_1 bytes of a pseudo-random `(n_out, n_in)` matrix, quantized by candle.
     fn q4_1_bytes(n_out: usize, n_in: usize, seed: u64) -> Vec<u8> {
-        let t = candle_core::Tensor::from_vec(pseudo_random(n_out * n_in, seed), (n_out, n_in), &candle_core::Device::Cpu).unwrap();
-        candle_core::quantized::QTensor::quantize(&t, candle_core::quantized::GgmlDType::Q4_1).unwrap().data().unwrap().into_owned()
+        let t =
+            candle_core::Tensor::from_vec(pseudo_random(n_out * n_in, seed), (n_out, n_in), &candle_core::Device::Cpu)
+                .unwrap();
+        candle_core::quantized::QTensor::quantize(&t, candle_core::quantized::GgmlDType::Q4_1)
+            .unwrap()
+            .data()
+            .unwrap()
+            .into_owned()
     }
 
     /// The AVX2 quantizer gives the scalar one's quants, scales and sums bit for bit, ties
@@ -1427,8 +1524,14 @@ mod tests {
         let (a, b) = (quantize_rows_any(&x, 3, n_in), unsafe { quantize_rows_avx2(&x, 3, n_in) });
         assert_eq!(a.quants, b.quants);
         assert_eq!(a.quants_il, b.quants_il);
-        assert_eq!(a.scales.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.scales.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
-        assert_eq!(a.scaled_sums.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.scaled_sums.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        assert_eq!(
+            a.scales.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            b.scales.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            a.scaled_sums.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            b.scaled_sums.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
         // −0.5 and 0.5 round away from zero (to even would give 0).
         assert_eq!((a.quants[32 + 16], a.quants[32 + 17]), (-1, 1));
     }
@@ -1440,14 +1543,19 @@ mod tests {
         for (n_out, n_in) in [(100, 256), (101, 576), (37, 480), (35, 64)] {
             let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 1), n_out, n_in).unwrap();
             let q4 = Q4Matrix::from_ggml_bytes(&q4_1_bytes(n_out, n_in, 1), n_out, n_in, true).unwrap();
-            let kernels: [(&str, &dyn Fn(&[f32], usize) -> Vec<f32>); 2] = [("q8_0", &|x, n| q8.matmul(x, n)), ("q4_1", &|x, n| q4.matmul(x, n))];
+            let kernels: [(&str, &dyn Fn(&[f32], usize) -> Vec<f32>); 2] =
+                [("q8_0", &|x, n| q8.matmul(x, n)), ("q4_1", &|x, n| q4.matmul(x, n))];
             for (name, matmul) in kernels {
                 for n_rows in [1, 2, 3, 4, 5, 7, 9, 17] {
                     let x = pseudo_random(n_rows * n_in, 2 + n_rows as u64);
                     let all = matmul(&x, n_rows);
                     for r in 0..n_rows {
                         let one = matmul(&x[r * n_in..(r + 1) * n_in], 1);
-                        assert_eq!(&all[r * n_out..(r + 1) * n_out], &one[..], "{name} {n_out}x{n_in}: row {r} of {n_rows}");
+                        assert_eq!(
+                            &all[r * n_out..(r + 1) * n_out],
+                            &one[..],
+                            "{name} {n_out}x{n_in}: row {r} of {n_rows}"
+                        );
                     }
                 }
             }
@@ -1479,11 +1587,27 @@ mod tests {
                 };
                 // SAFETY: `use_vnni` checked AVX-512 VNNI and VL, which imply AVX2 and FMA here.
                 unsafe {
-                    assert_eq!(run(&|o| q8.rows_vnni(0..n_out, &xq, o)), run(&|o| q8.rows_avx2_only(0..n_out, &xq, o)), "q8_0 {n_out}x{n_in}, {n_rows} rows");
-                    assert_eq!(run(&|o| q4.rows_vnni(0..n_out, &xq, o)), run(&|o| q4.rows_avx2_impl(0..n_out, &xq, o)), "q4_1 {n_out}x{n_in}, {n_rows} rows");
+                    assert_eq!(
+                        run(&|o| q8.rows_vnni(0..n_out, &xq, o)),
+                        run(&|o| q8.rows_avx2_only(0..n_out, &xq, o)),
+                        "q8_0 {n_out}x{n_in}, {n_rows} rows"
+                    );
+                    assert_eq!(
+                        run(&|o| q4.rows_vnni(0..n_out, &xq, o)),
+                        run(&|o| q4.rows_avx2_impl(0..n_out, &xq, o)),
+                        "q4_1 {n_out}x{n_in}, {n_rows} rows"
+                    );
                     if use_vnni512() {
-                        assert_eq!(run(&|o| q8.rows_vnni512(0..n_out, &xq, o)), run(&|o| q8.rows_avx2_only(0..n_out, &xq, o)), "q8_0 512-bit {n_out}x{n_in}, {n_rows} rows");
-                        assert_eq!(run(&|o| q4.rows_vnni512(0..n_out, &xq, o)), run(&|o| q4.rows_avx2_impl(0..n_out, &xq, o)), "q4_1 512-bit {n_out}x{n_in}, {n_rows} rows");
+                        assert_eq!(
+                            run(&|o| q8.rows_vnni512(0..n_out, &xq, o)),
+                            run(&|o| q8.rows_avx2_only(0..n_out, &xq, o)),
+                            "q8_0 512-bit {n_out}x{n_in}, {n_rows} rows"
+                        );
+                        assert_eq!(
+                            run(&|o| q4.rows_vnni512(0..n_out, &xq, o)),
+                            run(&|o| q4.rows_avx2_impl(0..n_out, &xq, o)),
+                            "q4_1 512-bit {n_out}x{n_in}, {n_rows} rows"
+                        );
                     }
                 }
             }
@@ -1510,7 +1634,11 @@ mod tests {
                 for o in 0..n_out {
                     let got = ours[r * n_out + o];
                     if o < done {
-                        assert_eq!(got.to_bits(), vnni[o * n_rows + r].to_bits(), "{label} {n_out}x{n_in}, {n_rows} rows, pairs {pairs}: row {r}, output {o}");
+                        assert_eq!(
+                            got.to_bits(),
+                            vnni[o * n_rows + r].to_bits(),
+                            "{label} {n_out}x{n_in}, {n_rows} rows, pairs {pairs}: row {r}, output {o}"
+                        );
                     } else {
                         assert!(got.is_nan(), "output {o} is past the whole groups and left alone");
                     }
@@ -1559,7 +1687,10 @@ mod tests {
             }
         }
         // Stacked parts keep their tiles; a part with a partial group leaves the stack without.
-        let parts: Vec<Q4Matrix> = [(32, 41), (16, 42)].iter().map(|&(n, seed)| Q4Matrix::from_ggml_bytes(&q4_1_bytes(n, 576, seed), n, 576, true).unwrap()).collect();
+        let parts: Vec<Q4Matrix> = [(32, 41), (16, 42)]
+            .iter()
+            .map(|&(n, seed)| Q4Matrix::from_ggml_bytes(&q4_1_bytes(n, 576, seed), n, 576, true).unwrap())
+            .collect();
         assert!(Q4Matrix::stack(&parts.iter().collect::<Vec<_>>()).unwrap().amx.is_some());
         let odd = Q4Matrix::from_ggml_bytes(&q4_1_bytes(20, 576, 43), 20, 576, true).unwrap();
         assert!(Q4Matrix::stack(&[&parts[0], &odd]).unwrap().amx.is_none());
@@ -1593,27 +1724,34 @@ mod tests {
     #[test]
     fn simd_matches_portable_and_f32() {
         for (n_out, n_in) in [(70, 576), (30, 480), (12, 224)] {
-        let w = pseudo_random(n_out * n_in, 3);
-        let m = Q8Matrix::from_f32(&w, n_out, n_in).unwrap();
-        let n_rows = 9;
-        let x = pseudo_random(n_rows * n_in, 4);
-        let fast = m.matmul(&x, n_rows);
-        let xq = quantize_rows(&x, n_rows, n_in);
-        let mut portable = vec![0f32; n_out * n_rows];
-        m.rows_portable(0..n_out, &xq, &mut portable);
-        for r in 0..n_rows {
-            for o in 0..n_out {
-                let exact: f32 = (0..n_in).map(|i| w[o * n_in + i] * x[r * n_in + i]).sum();
-                let (f, p) = (fast[r * n_out + o], portable[o * n_rows + r]);
-                assert!((f - p).abs() <= 1e-3 * (1.0 + p.abs()), "simd {f} vs portable {p}");
-                // Two 8-bit quantizations: error ~1% of the magnitude of the terms.
-                assert!((f - exact).abs() < 0.05 * (n_in as f32).sqrt() * 2.0, "q8 {f} vs f32 {exact}");
+            let w = pseudo_random(n_out * n_in, 3);
+            let m = Q8Matrix::from_f32(&w, n_out, n_in).unwrap();
+            let n_rows = 9;
+            let x = pseudo_random(n_rows * n_in, 4);
+            let fast = m.matmul(&x, n_rows);
+            let xq = quantize_rows(&x, n_rows, n_in);
+            let mut portable = vec![0f32; n_out * n_rows];
+            m.rows_portable(0..n_out, &xq, &mut portable);
+            for r in 0..n_rows {
+                for o in 0..n_out {
+                    let exact: f32 = (0..n_in).map(|i| w[o * n_in + i] * x[r * n_in + i]).sum();
+                    let (f, p) = (fast[r * n_out + o], portable[o * n_rows + r]);
+                    assert!((f - p).abs() <= 1e-3 * (1.0 + p.abs()), "simd {f} vs portable {p}");
+                    // Two 8-bit quantizations: error ~1% of the magnitude of the terms.
+                    assert!((f - exact).abs() < 0.05 * (n_in as f32).sqrt() * 2.0, "q8 {f} vs f32 {exact}");
+                }
             }
-        }
         }
     }
 
-    fn candle_reference(w: &[f32], x: &[f32], n_out: usize, n_in: usize, n_rows: usize, dtype: candle_core::quantized::GgmlDType) -> (Vec<u8>, Vec<Vec<f32>>) {
+    fn candle_reference(
+        w: &[f32],
+        x: &[f32],
+        n_out: usize,
+        n_in: usize,
+        n_rows: usize,
+        dtype: candle_core::quantized::GgmlDType,
+    ) -> (Vec<u8>, Vec<Vec<f32>>) {
         use candle_core::quantized::{QMatMul, QTensor};
         use candle_core::{Device, Module, Tensor};
         let qt = QTensor::quantize(&Tensor::from_vec(w.to_vec(), (n_out, n_in), &Device::Cpu).unwrap(), dtype).unwrap();
@@ -1626,7 +1764,10 @@ mod tests {
     #[test]
     fn q4_kernels_match_candle_and_are_batch_exact() {
         use candle_core::quantized::GgmlDType;
-        for ((n_out, n_in), (dtype, min)) in [(67, 576), (33, 256), (21, 480), (20, 64)].into_iter().flat_map(|s| [(s, (GgmlDType::Q4_1, true)), (s, (GgmlDType::Q4_0, false))]) {
+        for ((n_out, n_in), (dtype, min)) in [(67, 576), (33, 256), (21, 480), (20, 64)]
+            .into_iter()
+            .flat_map(|s| [(s, (GgmlDType::Q4_1, true)), (s, (GgmlDType::Q4_0, false))])
+        {
             let w = pseudo_random(n_out * n_in, 7);
             let n_rows = 9;
             let x = pseudo_random(n_rows * n_in, 8);
@@ -1638,7 +1779,11 @@ mod tests {
             m.rows_portable(0..n_out, &xq, &mut portable);
             for r in 0..n_rows {
                 let one = m.matmul(&x[r * n_in..(r + 1) * n_in], 1);
-                assert_eq!(&ours[r * n_out..(r + 1) * n_out], &one[..], "{dtype:?}: batched row {r} differs from single row");
+                assert_eq!(
+                    &ours[r * n_out..(r + 1) * n_out],
+                    &one[..],
+                    "{dtype:?}: batched row {r} differs from single row"
+                );
                 for o in 0..n_out {
                     let (a, b, p) = (ours[r * n_out + o], theirs[r][o], portable[o * n_rows + r]);
                     // candle quantizes the activations as Q8_1 for these formats, we as Q8_0: the two
@@ -1691,10 +1836,13 @@ mod tests {
         let from_bytes = Q8Matrix::from_ggml_bytes(&bytes, n_out, n_in).unwrap();
         let x = pseudo_random(n_in, 6);
         let ours = from_bytes.matmul(&x, 1);
-        let theirs = candle_core::Module::forward(&candle_core::quantized::QMatMul::from_qtensor(qt).unwrap(), &candle_core::Tensor::from_vec(x, (1, n_in), &candle_core::Device::Cpu).unwrap())
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap();
+        let theirs = candle_core::Module::forward(
+            &candle_core::quantized::QMatMul::from_qtensor(qt).unwrap(),
+            &candle_core::Tensor::from_vec(x, (1, n_in), &candle_core::Device::Cpu).unwrap(),
+        )
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
         for (a, b) in ours.iter().zip(&theirs[0]) {
             assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "ours {a} vs candle {b}");
         }

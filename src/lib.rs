@@ -15,8 +15,8 @@ pub mod attention {
     pub use crate::cpu_forward::{head_attend, heads_attend};
 }
 pub mod engine;
-pub mod eval;
 pub mod error;
+pub mod eval;
 pub mod generate;
 pub mod gguf;
 pub mod kernels;
@@ -31,7 +31,7 @@ pub mod tokenizer;
 
 pub use engine::{load_model, Engine};
 pub use error::{EngineError, Result};
-pub use generate::{DraftLen, GenEvent, Generation, GenerateRequest, Mode, TokenInfo, TokenSource};
+pub use generate::{DraftLen, GenEvent, GenerateRequest, Generation, Mode, TokenInfo, TokenSource};
 pub use mentor::MentorRule;
 pub use model::WeightFormat;
 pub use sampling::SamplingParams;

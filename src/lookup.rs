@@ -59,7 +59,8 @@ pub fn propose_matched(context: &[u32], max_len: usize) -> Option<(Vec<u32>, usi
             continue;
         }
         let limit = MAX_MATCH.min(end);
-        let matched = MIN_MATCH + (MIN_MATCH..limit).take_while(|&i| context[end - 1 - i] == context[len - 1 - i]).count();
+        let matched =
+            MIN_MATCH + (MIN_MATCH..limit).take_while(|&i| context[end - 1 - i] == context[len - 1 - i]).count();
         if best.is_none_or(|(_, m)| matched > m) {
             best = Some((end, matched));
         }

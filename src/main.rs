@@ -13,7 +13,11 @@ use std::sync::atomic::AtomicBool;
 mod cli_bench;
 
 #[derive(Parser)]
-#[command(name = "mentor-lab", version, about = "Speculative and mentored decoding, measured live. No subcommand opens the app.")]
+#[command(
+    name = "mentor-lab",
+    version,
+    about = "Speculative and mentored decoding, measured live. No subcommand opens the app."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -188,7 +192,8 @@ fn measure_ui(args: MeasureUiArgs) -> Result<()> {
         mentor_lab::set_threads(n);
     }
     mentor_lab::app::measure::name_compute_threads();
-    let prompt = mentor_lab::presets::preset(&args.prompt).map(|p| p.prompt.to_string()).unwrap_or_else(|| args.prompt.clone());
+    let prompt =
+        mentor_lab::presets::preset(&args.prompt).map(|p| p.prompt.to_string()).unwrap_or_else(|| args.prompt.clone());
     let (adaptive, draft_len) = match args.draft_len {
         DraftLen::Auto => (true, 4),
         DraftLen::Fixed(k) => (false, k),
@@ -218,7 +223,12 @@ fn measure_ui(args: MeasureUiArgs) -> Result<()> {
         bail!("the app reported: {e}");
     }
     if ui.drawn.len() != 2 * seeds.len() || ui.undrawn.len() != 2 * seeds.len() {
-        bail!("the window closed after {} drawn and {} undrawn runs of {}", ui.drawn.len(), ui.undrawn.len(), 2 * seeds.len());
+        bail!(
+            "the window closed after {} drawn and {} undrawn runs of {}",
+            ui.drawn.len(),
+            ui.undrawn.len(),
+            2 * seeds.len()
+        );
     }
     let median = cli_bench::median;
     let frame_cpu_ms = median(ui.frame_cpu_s.iter().map(|&s| 1e3 * s as f64).collect());
@@ -251,14 +261,23 @@ fn measure_ui(args: MeasureUiArgs) -> Result<()> {
             ui.seconds
         );
     }
-    println!("| run | drawn, median e2e (s) | not drawn, median e2e (s) | drawn / not drawn (median of paired ratios) |");
+    println!(
+        "| run | drawn, median e2e (s) | not drawn, median e2e (s) | drawn / not drawn (median of paired ratios) |"
+    );
     println!("|---|---|---|---|");
     let label = settings.mentored_label();
     for (name, offset) in [("target", 0), (label.as_str(), 1)] {
-        let e2e = |records: &[mentor_lab::app::view::RunRecord]| -> Vec<f64> { records.iter().skip(offset).step_by(2).map(|r| r.e2e_s).collect() };
+        let e2e = |records: &[mentor_lab::app::view::RunRecord]| -> Vec<f64> {
+            records.iter().skip(offset).step_by(2).map(|r| r.e2e_s).collect()
+        };
         let (drawn, undrawn) = (e2e(&ui.drawn), e2e(&ui.undrawn));
         let ratio = median(drawn.iter().zip(&undrawn).map(|(d, u)| d / u).collect());
-        println!("| {name} | {:.3} | {:.3} | {ratio:.3} ({:+.1}%) |", median(drawn), median(undrawn), 100.0 * (ratio - 1.0));
+        println!(
+            "| {name} | {:.3} | {:.3} | {ratio:.3} ({:+.1}%) |",
+            median(drawn),
+            median(undrawn),
+            100.0 * (ratio - 1.0)
+        );
     }
     Ok(())
 }
@@ -400,7 +419,14 @@ fn eval_draft(args: EvalArgs) -> Result<()> {
     println!("| category | prompts | positions | mean 1 − TV(p,q) | greedy agreement |");
     println!("|---|---|---|---|---|");
     for r in report.rows.iter().chain(std::iter::once(&report.overall)) {
-        println!("| {} | {} | {} | {:.3} | {:.1}% |", r.category, r.n_prompts, r.n_positions, r.mean_one_minus_tv, 100.0 * r.greedy_agreement);
+        println!(
+            "| {} | {} | {} | {:.3} | {:.1}% |",
+            r.category,
+            r.n_prompts,
+            r.n_positions,
+            r.mean_one_minus_tv,
+            100.0 * r.greedy_agreement
+        );
     }
     println!(
         "decode step: target {:.2} ms, draft {:.2} ms → draft costs {:.1}% of a target step ({} threads)",

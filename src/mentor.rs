@@ -80,11 +80,7 @@ pub fn mix(rule: MentorRule, p: &[f32], q: &[f32], budget: f64) -> Mixed {
 pub fn mix_tv(p: &[f32], q: &[f32], budget: f64) -> Mixed {
     let d = tv_distance(p, q);
     let theta = if d <= 0.0 { 1.0 } else { (budget / d).min(1.0) };
-    let pi_mixed = p
-        .iter()
-        .zip(q)
-        .map(|(&a, &b)| ((1.0 - theta) * a as f64 + theta * b as f64) as f32)
-        .collect();
+    let pi_mixed = p.iter().zip(q).map(|(&a, &b)| ((1.0 - theta) * a as f64 + theta * b as f64) as f32).collect();
     Mixed { pi_mixed, tv_pq: d, theta, tv_pi_p: theta * d }
 }
 
@@ -124,9 +120,8 @@ pub fn mix_kl(p: &[f32], q: &[f32], budget: f64) -> Mixed {
 
 /// π(x) = clamp(q(x), b·p(x), t·b·p(x)) with b chosen so that Σπ = 1.
 fn kl_candidate(p: &[f32], q: &[f32], t: f64) -> Vec<f32> {
-    let total = |b: f64| -> f64 {
-        p.iter().zip(q).map(|(&pp, &qq)| (qq as f64).clamp(b * pp as f64, t * b * pp as f64)).sum()
-    };
+    let total =
+        |b: f64| -> f64 { p.iter().zip(q).map(|(&pp, &qq)| (qq as f64).clamp(b * pp as f64, t * b * pp as f64)).sum() };
     // Σπ(b) is continuous and non-decreasing, ≤ 1 at b ≤ 1/t·(something) and ≥ 1 at b = 1.
     let (mut lo, mut hi) = (0.0f64, 1.0f64);
     for _ in 0..80 {

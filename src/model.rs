@@ -5,9 +5,9 @@
 //! One model file covers the `llama` and `qwen2` GGUF architectures; they differ only in attention
 //! biases (qwen2) and in which dimensions RoPE pairs up (see [`crate::gguf::Arch`]).
 
+use crate::cpu_forward::{self, CpuModel};
 use crate::error::{EngineError, Result};
 use crate::gguf::{dtype_name, Arch, ModelConfig, ModelFile};
-use crate::cpu_forward::{self, CpuModel};
 use crate::kernels::{Q4Matrix, Q8Matrix};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
@@ -105,10 +105,12 @@ impl Projections {
     fn new(parts: Vec<Linear>) -> Result<Projections> {
         let sizes: Vec<usize> = parts.iter().map(|l| l.n_out()).collect();
         let stacked = if parts.iter().all(|l| matches!(l.w, Weights::BatchedQ8(_))) {
-            let ms: Vec<&Q8Matrix> = parts.iter().filter_map(|l| if let Weights::BatchedQ8(m) = &l.w { Some(&**m) } else { None }).collect();
+            let ms: Vec<&Q8Matrix> =
+                parts.iter().filter_map(|l| if let Weights::BatchedQ8(m) = &l.w { Some(&**m) } else { None }).collect();
             Q8Matrix::stack(&ms).map(|m| Weights::BatchedQ8(m.into()))
         } else if parts.iter().all(|l| matches!(l.w, Weights::BatchedQ4(_))) {
-            let ms: Vec<&Q4Matrix> = parts.iter().filter_map(|l| if let Weights::BatchedQ4(m) = &l.w { Some(&**m) } else { None }).collect();
+            let ms: Vec<&Q4Matrix> =
+                parts.iter().filter_map(|l| if let Weights::BatchedQ4(m) = &l.w { Some(&**m) } else { None }).collect();
             Q4Matrix::stack(&ms).map(|m| Weights::BatchedQ4(m.into()))
         } else {
             None
@@ -151,12 +153,12 @@ pub(crate) fn use_batched_kernel() -> bool {
 
 #[derive(Debug, Clone)]
 struct Layer {
-    attn_norm: Tensor, // (n_embd)
-    qkv: Projections,  // (n_head * head_dim | n_kv_head * head_dim | n_kv_head * head_dim, n_embd)
-    wo: Linear,        // (n_embd, n_head * head_dim)
-    ffn_norm: Tensor,  // (n_embd)
+    attn_norm: Tensor,    // (n_embd)
+    qkv: Projections,     // (n_head * head_dim | n_kv_head * head_dim | n_kv_head * head_dim, n_embd)
+    wo: Linear,           // (n_embd, n_head * head_dim)
+    ffn_norm: Tensor,     // (n_embd)
     gate_up: Projections, // (n_ff | n_ff, n_embd)
-    w_down: Linear,    // (n_embd, n_ff)
+    w_down: Linear,       // (n_embd, n_ff)
 }
 
 /// Keys and values of one layer. The buffers are over-allocated and grown by doubling so that a
@@ -176,8 +178,8 @@ pub struct Transformer {
     /// (n_vocab, n_embd); the embedding matrix when tied. None for a feature draft that borrows
     /// its target's ([`Self::borrow_embedding`]).
     head: Option<Linear>,
-    cos: Tensor,      // (max_pos, head_dim / 2)
-    sin: Tensor,      // (max_pos, head_dim / 2)
+    cos: Tensor, // (max_pos, head_dim / 2)
+    sin: Tensor, // (max_pos, head_dim / 2)
     cache: Vec<LayerCache>,
     cache_capacity: usize,
     /// Number of positions held in the KV cache.
@@ -288,10 +290,8 @@ impl Transformer {
         let path = file.path.clone();
         let ct = &file.content;
         let mut read = |name: &str| -> Result<QTensor> {
-            ct.tensor(&mut reader, name, device).map_err(|e| EngineError::CorruptGguf {
-                path: path.clone(),
-                detail: format!("tensor `{name}`: {e}"),
-            })
+            ct.tensor(&mut reader, name, device)
+                .map_err(|e| EngineError::CorruptGguf { path: path.clone(), detail: format!("tensor `{name}`: {e}") })
         };
         let file_dtype = file.main_dtype().unwrap_or(GgmlDType::F32);
         let batched = device.is_cpu() && use_batched_kernel();
@@ -320,9 +320,13 @@ impl Transformer {
                 QMatMul::QTensor(ref q) if batched && q.shape().rank() == 2 => {
                     let (n_out, n_in) = (q.shape().dims()[0], q.shape().dims()[1]);
                     let packed = match q.dtype() {
-                        GgmlDType::Q8_0 => Q8Matrix::from_ggml_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ8(m.into())),
-                        GgmlDType::Q4_1 => Q4Matrix::from_ggml_bytes(&q.data()?, n_out, n_in, true).map(|m| Weights::BatchedQ4(m.into())),
-                        GgmlDType::Q4_0 => Q4Matrix::from_ggml_bytes(&q.data()?, n_out, n_in, false).map(|m| Weights::BatchedQ4(m.into())),
+                        GgmlDType::Q8_0 => {
+                            Q8Matrix::from_ggml_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ8(m.into()))
+                        }
+                        GgmlDType::Q4_1 => Q4Matrix::from_ggml_bytes(&q.data()?, n_out, n_in, true)
+                            .map(|m| Weights::BatchedQ4(m.into())),
+                        GgmlDType::Q4_0 => Q4Matrix::from_ggml_bytes(&q.data()?, n_out, n_in, false)
+                            .map(|m| Weights::BatchedQ4(m.into())),
                         _ => None,
                     };
                     packed.unwrap_or(Weights::Candle(w))
@@ -334,12 +338,16 @@ impl Transformer {
         let vector = |qt: QTensor| -> Result<Tensor> { Ok(qt.dequantize(device)?) };
 
         // A feature draft may come without an embedding: it then borrows its target's.
-        let own_embedding = ct.tensor_infos.contains_key("token_embd.weight") || file.feature_draft().ok().flatten().is_none();
+        let own_embedding =
+            ct.tensor_infos.contains_key("token_embd.weight") || file.feature_draft().ok().flatten().is_none();
         let (embed, head_q) = match own_embedding {
             true => {
                 let embed_q = read("token_embd.weight")?;
                 let embed = embed_q.dequantize(device)?;
-                (embed, Some(if ct.tensor_infos.contains_key("output.weight") { read("output.weight")? } else { embed_q }))
+                (
+                    embed,
+                    Some(if ct.tensor_infos.contains_key("output.weight") { read("output.weight")? } else { embed_q }),
+                )
             }
             false => (Tensor::zeros((0, cfg.n_embd), DType::F32, device)?, None),
         };
@@ -396,11 +404,13 @@ impl Transformer {
             (Some(head), Some(tokens)) => small_head(head, tokens),
             _ => None,
         };
-        let restrict_head = small_head.is_some() && std::env::var("MENTOR_LAB_FULL_HEAD").map(|v| v != "1").unwrap_or(true);
+        let restrict_head =
+            small_head.is_some() && std::env::var("MENTOR_LAB_FULL_HEAD").map(|v| v != "1").unwrap_or(true);
         if let (true, Some(s)) = (restrict_head, &small_head) {
             weight_desc.push_str(&format!(", head restricted to {} frequent tokens", s.tokens.len()));
         }
-        let feature_spec = file.feature_draft().map_err(|detail| EngineError::CorruptGguf { path: path.clone(), detail })?;
+        let feature_spec =
+            file.feature_draft().map_err(|detail| EngineError::CorruptGguf { path: path.clone(), detail })?;
         let features = match &feature_spec {
             Some(spec) => {
                 let fc = cpu_mat(&to_linear(read("eagle.fc.weight")?, None)?)?;
@@ -586,7 +596,9 @@ impl Transformer {
     pub fn lift_features(&self, f: &[f32], taps: &[f32]) -> Result<Vec<f32>> {
         let fi = self.feature_input()?;
         if f.len() % fi.target_embd != 0 || taps.len() != f.len() / fi.target_embd * fi.target_embd * fi.taps.len() {
-            return Err(EngineError::InvalidSetting("feature draft: target hidden states and taps do not match".into()));
+            return Err(EngineError::InvalidSetting(
+                "feature draft: target hidden states and taps do not match".into(),
+            ));
         }
         Ok(fi.lift(f, taps, self.config.rms_eps as f32))
     }
@@ -605,7 +617,9 @@ impl Transformer {
         let emb = self.embed.index_select(&ids, 0)?.flatten_all()?.to_vec1::<f32>()?;
         let x = self.feature_input()?.input(&emb, feats);
         let max = self.cos.dims()[0];
-        let Some(cpu) = self.cpu.as_mut() else { return Err(EngineError::InvalidSetting("feature draft needs the CPU step".into())) };
+        let Some(cpu) = self.cpu.as_mut() else {
+            return Err(EngineError::InvalidSetting("feature draft needs the CPU step".into()));
+        };
         cpu.reserve(&self.config, pos + tokens.len(), pos, max);
         let h = cpu.forward(&self.config, x, pos);
         self.n_cached = pos + tokens.len();
@@ -619,7 +633,11 @@ impl Transformer {
     }
 
     fn full_head(&self) -> Result<&Linear> {
-        self.head.as_ref().ok_or_else(|| EngineError::InvalidSetting("this feature draft has no output head of its own; it borrows its target's".into()))
+        self.head.as_ref().ok_or_else(|| {
+            EngineError::InvalidSetting(
+                "this feature draft has no output head of its own; it borrows its target's".into(),
+            )
+        })
     }
 
     /// A feature draft without an embedding of its own takes its target's: the token embedding
@@ -644,11 +662,21 @@ impl Transformer {
                 self.config.n_embd, target.config.n_embd
             )));
         }
-        let tokens = self.head_tokens.as_ref().ok_or_else(|| EngineError::InvalidSetting("a feature draft without an embedding must list its head tokens (`mentor_lab.head_tokens`)".into()))?;
+        let tokens = self.head_tokens.as_ref().ok_or_else(|| {
+            EngineError::InvalidSetting(
+                "a feature draft without an embedding must list its head tokens (`mentor_lab.head_tokens`)".into(),
+            )
+        })?;
         if tokens.last().is_some_and(|&t| t as usize >= target.config.n_vocab) {
-            return Err(EngineError::InvalidSetting("the feature draft's head tokens are outside the target's vocabulary".into()));
+            return Err(EngineError::InvalidSetting(
+                "the feature draft's head tokens are outside the target's vocabulary".into(),
+            ));
         }
-        self.small_head = Some(small_head(head, tokens).ok_or_else(|| EngineError::InvalidSetting("the target's output head is not in a format the feature draft can read (Q8_0 or Q4)".into()))?);
+        self.small_head = Some(small_head(head, tokens).ok_or_else(|| {
+            EngineError::InvalidSetting(
+                "the target's output head is not in a format the feature draft can read (Q8_0 or Q4)".into(),
+            )
+        })?);
         self.restrict_head = true;
         self.embed = target.embed.clone();
         self.borrowed_from = Some(key);
@@ -669,7 +697,9 @@ impl Transformer {
 
     fn feature_input(&self) -> Result<&cpu_forward::FeatureInput> {
         self.features.as_ref().filter(|_| self.native).ok_or_else(|| {
-            EngineError::InvalidSetting("this feature draft runs only on the CPU step with its matrices in Q8_0 or Q4".into())
+            EngineError::InvalidSetting(
+                "this feature draft runs only on the CPU step with its matrices in Q8_0 or Q4".into(),
+            )
         })
     }
 
@@ -727,7 +757,11 @@ impl Transformer {
         let x = candle_nn::ops::rms_norm(&x, &self.out_norm, eps)?;
         if let (Some(s), true) = (&self.small_head, self.restrict_head) {
             let h = x.flatten_all()?.to_vec1::<f32>()?;
-            return Ok(Tensor::from_vec(s.logits(&h, n_new, self.config.n_vocab), (n_new, self.config.n_vocab), &self.device)?);
+            return Ok(Tensor::from_vec(
+                s.logits(&h, n_new, self.config.n_vocab),
+                (n_new, self.config.n_vocab),
+                &self.device,
+            )?);
         }
         let logits = self.full_head()?.forward(&x)?; // (n_new, n_vocab)
         Ok(logits.to_dtype(DType::F32)?)
@@ -753,8 +787,13 @@ impl Transformer {
     /// Logits `(n, n_vocab)` of final hidden states `h: (n, n_embd)`.
     fn head_logits(&self, h: Vec<f32>, n: usize) -> Result<Tensor> {
         Ok(match (&self.small_head, self.restrict_head) {
-            (Some(s), true) => Tensor::from_vec(s.logits(&h, n, self.config.n_vocab), (n, self.config.n_vocab), &self.device)?,
-            _ => self.full_head()?.forward(&Tensor::from_vec(h, (n, self.config.n_embd), &self.device)?)?.to_dtype(DType::F32)?,
+            (Some(s), true) => {
+                Tensor::from_vec(s.logits(&h, n, self.config.n_vocab), (n, self.config.n_vocab), &self.device)?
+            }
+            _ => self
+                .full_head()?
+                .forward(&Tensor::from_vec(h, (n, self.config.n_embd), &self.device)?)?
+                .to_dtype(DType::F32)?,
         })
     }
 
@@ -814,9 +853,17 @@ impl Transformer {
         let upto = upto.min(l.rows.len());
         let Some(first) = l.rows[..upto].iter().position(|r| r.is_none()) else { return Ok(()) };
         let d = self.config.n_embd;
-        let h = l.hidden.get(first * d..upto * d).ok_or_else(|| EngineError::InvalidSetting("lazy logits: hidden states missing".into()))?.to_vec();
+        let h = l
+            .hidden
+            .get(first * d..upto * d)
+            .ok_or_else(|| EngineError::InvalidSetting("lazy logits: hidden states missing".into()))?
+            .to_vec();
         let on_pool = self.device.is_cpu() && !self.native && rayon::current_thread_index().is_none();
-        let logits = if on_pool { rayon::scope(|_| self.head_logits(h, upto - first))? } else { self.head_logits(h, upto - first)? };
+        let logits = if on_pool {
+            rayon::scope(|_| self.head_logits(h, upto - first))?
+        } else {
+            self.head_logits(h, upto - first)?
+        };
         for (slot, row) in l.rows[first..upto].iter_mut().zip(logits.to_device(&Device::Cpu)?.to_vec2::<f32>()?) {
             *slot = Some(row);
         }
@@ -941,10 +988,19 @@ fn cpu_model(layers: &[Layer], out_norm: &Tensor, cos: &Tensor, sin: &Tensor) ->
     let vec = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1::<f32>()?) };
     let mut out = Vec::with_capacity(layers.len());
     for l in layers {
-        let (Some(qkv), Some(wo), Some(gate_up), Some(down)) = (proj(&l.qkv)?, cpu_mat(&l.wo)?, proj(&l.gate_up)?, cpu_mat(&l.w_down)?) else {
+        let (Some(qkv), Some(wo), Some(gate_up), Some(down)) =
+            (proj(&l.qkv)?, cpu_mat(&l.wo)?, proj(&l.gate_up)?, cpu_mat(&l.w_down)?)
+        else {
             return Ok(None);
         };
-        out.push(cpu_forward::Layer { attn_norm: vec(&l.attn_norm)?, qkv, wo, ffn_norm: vec(&l.ffn_norm)?, gate_up, down });
+        out.push(cpu_forward::Layer {
+            attn_norm: vec(&l.attn_norm)?,
+            qkv,
+            wo,
+            ffn_norm: vec(&l.ffn_norm)?,
+            gate_up,
+            down,
+        });
     }
     Ok(Some(CpuModel::new(out, vec(out_norm)?, vec(cos)?, vec(sin)?)))
 }
@@ -996,9 +1052,5 @@ fn rope_tables(
             sin.push(a.sin());
         }
     }
-    Ok((
-        Tensor::from_vec(cos, (max_pos, half), device)?,
-        Tensor::from_vec(sin, (max_pos, half), device)?,
-    ))
+    Ok((Tensor::from_vec(cos, (max_pos, half), device)?, Tensor::from_vec(sin, (max_pos, half), device)?))
 }
-

@@ -86,7 +86,8 @@ pub fn feature_draft() -> Option<PathBuf> {
 /// that name exists), anything else a path.
 pub fn resolve_draft(arg: &Path) -> Result<PathBuf> {
     if arg == Path::new("feature") && !arg.exists() {
-        return feature_draft().ok_or_else(|| EngineError::ModelNotFound { path: assets_dir().join("models").join(FEATURE_DRAFT_FILE) });
+        return feature_draft()
+            .ok_or_else(|| EngineError::ModelNotFound { path: assets_dir().join("models").join(FEATURE_DRAFT_FILE) });
     }
     Ok(arg.to_path_buf())
 }

@@ -197,7 +197,11 @@ pub fn exp_nonpositive(x: f32) -> f32 {
             + r * (0.5
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
     let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
-    if live { poly * scale } else { 0.0 }
+    if live {
+        poly * scale
+    } else {
+        0.0
+    }
 }
 
 /// `dst[i] = exp_nonpositive((src[i] − max) · scale)`, with AVX2 where the CPU has it (8 lanes
@@ -256,7 +260,10 @@ unsafe fn exp_shifted_avx2(src: *const f32, dst: *mut f32, n_all: usize, max: f3
         for c in coef {
             poly = _mm256_add_ps(c, _mm256_mul_ps(r, poly));
         }
-        let two_n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23));
+        let two_n = _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)),
+            23,
+        ));
         _mm256_storeu_ps(dst.add(i), _mm256_and_ps(_mm256_mul_ps(poly, two_n), live));
     }
     exp_shifted_any(src.add(whole), dst.add(whole), n_all - whole, max, scale);

@@ -17,7 +17,8 @@ use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokeni
 /// Pre-tokenizer regex of Llama 3 (`llama-bpe`): numbers in groups of up to three digits.
 const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Pre-tokenizer regex of Qwen2: every digit on its own.
-const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_PATTERN: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// GGUF token types (llama.cpp `llama_token_type`).
 const TOKEN_TYPE_CONTROL: i32 = 3;
@@ -63,11 +64,8 @@ impl TextTokenizer {
         };
         let bos_id = meta_u32(file, "tokenizer.ggml.bos_token_id");
         let eos_id = meta_u32(file, "tokenizer.ggml.eos_token_id");
-        let add_bos = file
-            .metadata()
-            .get("tokenizer.ggml.add_bos_token")
-            .and_then(|v| v.to_bool().ok())
-            .unwrap_or(false);
+        let add_bos =
+            file.metadata().get("tokenizer.ggml.add_bos_token").and_then(|v| v.to_bool().ok()).unwrap_or(false);
         let mut stop_ids: Vec<u32> = eos_id.into_iter().collect();
         for name in ["<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<end_of_turn>"] {
             if let Some(id) = tokens.iter().position(|t| t == name) {
@@ -101,10 +99,9 @@ impl TextTokenizer {
 
     /// Decode ids to text, keeping special tokens visible.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.inner.decode(ids, false).map_err(|e| EngineError::Tokenizer {
-            path: self.source.clone(),
-            detail: format!("decoding failed: {e}"),
-        })
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| EngineError::Tokenizer { path: self.source.clone(), detail: format!("decoding failed: {e}") })
     }
 
     /// The ids the model sees for a user prompt: through the chat template unless `raw`.
@@ -176,9 +173,13 @@ fn build_bpe(file: &ModelFile, tokens: &[String]) -> std::result::Result<Tokeniz
     };
     let pre_tokenizer: PreTokenizerWrapper = match pre {
         // SmolLM2: digits split one by one, then GPT-2's byte-level regex, no prefix space.
-        "smollm" | "smollm2" => Sequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]).into(),
+        "smollm" | "smollm2" => {
+            Sequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]).into()
+        }
         "qwen2" => Sequence::new(vec![split(QWEN2_PATTERN)?, ByteLevel::new(false, true, false).into()]).into(),
-        "llama-bpe" | "llama3" => Sequence::new(vec![split(LLAMA3_PATTERN)?, ByteLevel::new(false, true, false).into()]).into(),
+        "llama-bpe" | "llama3" => {
+            Sequence::new(vec![split(LLAMA3_PATTERN)?, ByteLevel::new(false, true, false).into()]).into()
+        }
         _ => ByteLevel::new(false, true, true).into(),
     };
     let mut tk = Tokenizer::new(bpe);

@@ -19,7 +19,11 @@ impl Dialogs for NoDialogs {
 fn wait_until(app: &mut MentorApp, what: &str, mut done: impl FnMut(&MentorApp) -> bool) {
     let start = Instant::now();
     while !done(app) {
-        assert!(start.elapsed() < Duration::from_secs(300), "timed out waiting for {what}; error: {:?}", app.view.error);
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "timed out waiting for {what}; error: {:?}",
+            app.view.error
+        );
         std::thread::sleep(Duration::from_millis(20));
         app.poll_engine();
     }
@@ -27,7 +31,8 @@ fn wait_until(app: &mut MentorApp, what: &str, mut done: impl FnMut(&MentorApp) 
 
 #[test]
 fn real_engine_fills_both_panes() {
-    let settings = Settings { max_tokens: 12, ignore_eos: true, prompt: "Tell me about the moon.".into(), ..Settings::default() };
+    let settings =
+        Settings { max_tokens: 12, ignore_eos: true, prompt: "Tell me about the moon.".into(), ..Settings::default() };
     let mut app = MentorApp::new(settings, Vec::new(), engine_thread::spawn(None), Box::new(NoDialogs));
     wait_until(&mut app, "models to load", |a| a.view.models.target.is_some() && !a.view.models.loading);
     assert!(app.view.models.draft.is_some(), "the default draft loads with the default target: {:?}", app.view.error);

@@ -2,8 +2,8 @@
 //! scripted stream of events on the same channels the engine thread uses.
 
 use crossbeam_channel::{Receiver, Sender};
-use egui_kittest::kittest::Queryable;
 use egui::accesskit::Role;
+use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use mentor_lab::app::engine_thread::{EngineCommand, EngineEvent, EngineHandle, Pane};
 use mentor_lab::app::settings::Settings;
@@ -46,12 +46,19 @@ impl Rig {
 fn app_with(settings: Settings, dialogs: ScriptedDialogs) -> (MentorApp, Rig) {
     let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
     let (event_tx, event_rx) = crossbeam_channel::unbounded();
-    let app = MentorApp::new(settings, Vec::new(), EngineHandle { cmd_tx, event_rx, pacer: Default::default() }, Box::new(dialogs));
+    let app = MentorApp::new(
+        settings,
+        Vec::new(),
+        EngineHandle { cmd_tx, event_rx, pacer: Default::default() },
+        Box::new(dialogs),
+    );
     (app, Rig { cmd_rx, event_tx })
 }
 
 fn harness(app: MentorApp) -> Harness<'static, MentorApp> {
-    Harness::builder().with_size(egui::vec2(1400.0, 1000.0)).build_ui_state(|ui, app: &mut MentorApp| app.frame_ui(ui), app)
+    Harness::builder()
+        .with_size(egui::vec2(1400.0, 1000.0))
+        .build_ui_state(|ui, app: &mut MentorApp| app.frame_ui(ui), app)
 }
 
 fn no_dialogs() -> ScriptedDialogs {
@@ -76,14 +83,30 @@ fn token(id: u32, text: &str, source: TokenSource, round: usize) -> TokenInfo {
 }
 
 fn stats(e2e: f64, nll: f64) -> Stats {
-    Stats { n_tokens: 5, e2e_s: e2e, mean_target_nll: nll, n_rounds: 2, n_drafted: 8, n_accepted: 6, acceptance_rate: 0.75, mean_accepted_len: 2.5, mean_tv: 0.2, ..Stats::default() }
+    Stats {
+        n_tokens: 5,
+        e2e_s: e2e,
+        mean_target_nll: nll,
+        n_rounds: 2,
+        n_drafted: 8,
+        n_accepted: 6,
+        acceptance_rate: 0.75,
+        mean_accepted_len: 2.5,
+        mean_tv: 0.2,
+        ..Stats::default()
+    }
 }
 
 /// A complete comparison for `run_id`: target text, then mentored text with every provenance.
 fn script_run(rig: &Rig, run_id: u64) {
     rig.send(EngineEvent::Started { run_id, pane: Pane::Target });
     for (i, w) in ["The", " moon", " glowed", " softly", "."].iter().enumerate() {
-        rig.send(EngineEvent::Token { run_id, pane: Pane::Target, token: token(i as u32, w, TokenSource::Target, 0), t_s: 0.1 * (i + 1) as f64 });
+        rig.send(EngineEvent::Token {
+            run_id,
+            pane: Pane::Target,
+            token: token(i as u32, w, TokenSource::Target, 0),
+            t_s: 0.1 * (i + 1) as f64,
+        });
     }
     rig.send(EngineEvent::Finished { run_id, pane: Pane::Target, stats: stats(0.5, 1.9), cancelled: false });
     rig.send(EngineEvent::Started { run_id, pane: Pane::Mentored });
@@ -95,10 +118,23 @@ fn script_run(rig: &Rig, run_id: u64) {
         (4, ".", TokenSource::Bonus, 1),
     ];
     for (i, (id, w, s, r)) in m.iter().enumerate() {
-        rig.send(EngineEvent::Token { run_id, pane: Pane::Mentored, token: token(*id, w, *s, *r), t_s: 0.05 * (i + 1) as f64 });
+        rig.send(EngineEvent::Token {
+            run_id,
+            pane: Pane::Mentored,
+            token: token(*id, w, *s, *r),
+            t_s: 0.05 * (i + 1) as f64,
+        });
     }
     for index in 0..2 {
-        let round = RoundInfo { index, n_proposed: 4, n_accepted: 3 - index, n_emitted: 3, draft_s: 0.01, verify_s: 0.02, n_copied: 0 };
+        let round = RoundInfo {
+            index,
+            n_proposed: 4,
+            n_accepted: 3 - index,
+            n_emitted: 3,
+            draft_s: 0.01,
+            verify_s: 0.02,
+            n_copied: 0,
+        };
         rig.send(EngineEvent::Round { run_id, pane: Pane::Mentored, round, t_s: 0.1 * (index + 1) as f64 });
     }
     rig.send(EngineEvent::Finished { run_id, pane: Pane::Mentored, stats: stats(0.25, 2.4), cancelled: false });
@@ -116,7 +152,14 @@ fn run_pressed() -> (Harness<'static, MentorApp>, Rig, u64) {
     (h, rig, run_id)
 }
 
-fn compare_of(cmds: Vec<EngineCommand>) -> (u64, Option<mentor_lab::GenerateRequest>, mentor_lab::GenerateRequest, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+fn compare_of(
+    cmds: Vec<EngineCommand>,
+) -> (
+    u64,
+    Option<mentor_lab::GenerateRequest>,
+    mentor_lab::GenerateRequest,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
     let compares: Vec<_> = cmds
         .into_iter()
         .filter_map(|c| match c {
@@ -197,7 +240,11 @@ fn run_and_stop_send_the_right_commands() {
     h.run_steps(2);
     assert!(!h.state().view.busy());
     assert!(mentor_lab::app::animation_time() > 0.0);
-    assert_eq!(h.ctx.global_style().animation_time, mentor_lab::app::animation_time(), "animations are back when it ends");
+    assert_eq!(
+        h.ctx.global_style().animation_time,
+        mentor_lab::app::animation_time(),
+        "animations are back when it ends"
+    );
     // Keyboard: Ctrl/Cmd+Enter runs, Esc stops.
     h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Enter);
     h.run_steps(2);
@@ -216,12 +263,24 @@ fn scripted_stream_renders_tokens_with_provenance_and_hover() {
     assert_eq!(view.target.text(), "The moon glowed softly.");
     assert_eq!(view.mentored.text(), "The moon shone bright.");
     let sources: Vec<_> = view.mentored.tokens.iter().map(|t| t.source).collect();
-    assert_eq!(sources, [TokenSource::DraftAccepted, TokenSource::DraftAccepted, TokenSource::Resampled, TokenSource::DraftAccepted, TokenSource::Bonus]);
+    assert_eq!(
+        sources,
+        [
+            TokenSource::DraftAccepted,
+            TokenSource::DraftAccepted,
+            TokenSource::Resampled,
+            TokenSource::DraftAccepted,
+            TokenSource::Bonus
+        ]
+    );
     assert_eq!(view.divergence(), Some(2));
     // The provenance colours are distinct and exist in both themes; target tokens are plain.
     use mentor_lab::app::ui_panes::source_color;
     for dark in [true, false] {
-        let c: Vec<_> = [TokenSource::DraftAccepted, TokenSource::Resampled, TokenSource::Bonus].iter().map(|&s| source_color(s, dark).unwrap()).collect();
+        let c: Vec<_> = [TokenSource::DraftAccepted, TokenSource::Resampled, TokenSource::Bonus]
+            .iter()
+            .map(|&s| source_color(s, dark).unwrap())
+            .collect();
         assert!(c[0] != c[1] && c[1] != c[2] && c[0] != c[2]);
         assert!(source_color(TokenSource::Target, dark).is_none());
     }
@@ -269,7 +328,11 @@ fn engine_errors_show_and_the_app_stays_usable() {
     h.get_by_label("Run").click();
     h.run_steps(2);
     assert!(rig.commands().is_empty());
-    assert!(h.state().view.error.as_deref().is_some_and(|e| e.contains("prompt is empty")), "{:?}", h.state().view.error);
+    assert!(
+        h.state().view.error.as_deref().is_some_and(|e| e.contains("prompt is empty")),
+        "{:?}",
+        h.state().view.error
+    );
     h.get_by_label_contains("prompt is empty");
 }
 
@@ -285,9 +348,19 @@ fn stale_run_events_are_ignored() {
     let (second, ..) = compare_of(rig.commands());
     assert_ne!(first, second);
     // Late tokens of the first run arrive after the second started.
-    rig.send(EngineEvent::Token { run_id: first, pane: Pane::Mentored, token: token(9, " stale", TokenSource::DraftAccepted, 0), t_s: 0.1 });
+    rig.send(EngineEvent::Token {
+        run_id: first,
+        pane: Pane::Mentored,
+        token: token(9, " stale", TokenSource::DraftAccepted, 0),
+        t_s: 0.1,
+    });
     rig.send(EngineEvent::Finished { run_id: first, pane: Pane::Mentored, stats: stats(1.0, 1.0), cancelled: false });
-    rig.send(EngineEvent::Token { run_id: second, pane: Pane::Mentored, token: token(3, " fresh", TokenSource::DraftAccepted, 0), t_s: 0.1 });
+    rig.send(EngineEvent::Token {
+        run_id: second,
+        pane: Pane::Mentored,
+        token: token(3, " fresh", TokenSource::DraftAccepted, 0),
+        t_s: 0.1,
+    });
     h.run_steps(2);
     let v = &h.state().view;
     assert_eq!(v.mentored.text(), " fresh");
@@ -327,7 +400,8 @@ fn history_exports_csv_and_json_and_open_loads_a_model() {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("runs.csv");
     let model = dir.path().join("picked.gguf");
-    let (app, rig) = app_with(Settings::default(), ScriptedDialogs { open: vec![model.clone()], save: Some(csv.clone()) });
+    let (app, rig) =
+        app_with(Settings::default(), ScriptedDialogs { open: vec![model.clone()], save: Some(csv.clone()) });
     let mut h = harness(app);
     h.get_by_label("Run").click();
     h.run_steps(2);
@@ -349,7 +423,8 @@ fn history_exports_csv_and_json_and_open_loads_a_model() {
     // Open target… loads the picked file as the target.
     h.get_by_label("Open target…").click();
     h.run_steps(2);
-    let loads: Vec<_> = rig.cmd_rx.try_iter().filter_map(|c| if let EngineCommand::Load(m) = c { Some(m) } else { None }).collect();
+    let loads: Vec<_> =
+        rig.cmd_rx.try_iter().filter_map(|c| if let EngineCommand::Load(m) = c { Some(m) } else { None }).collect();
     assert_eq!(loads.last().and_then(|m| m.target.clone()), Some(model));
     assert_eq!(h.state().settings.models.target, loads.last().unwrap().target);
 }
@@ -363,11 +438,25 @@ fn sweep_sends_the_grid_and_plots_the_frontier() {
     h.get_by_role_and_label(Role::Button, "Sweep").click();
     h.run_steps(2);
     let cmds = rig.commands();
-    let Some(EngineCommand::Sweep { run_id, budgets, draft_lens, .. }) = cmds.into_iter().next() else { panic!("no sweep sent") };
+    let Some(EngineCommand::Sweep { run_id, budgets, draft_lens, .. }) = cmds.into_iter().next() else {
+        panic!("no sweep sent")
+    };
     assert_eq!(budgets, vec![0.0, 0.5, 1.0]);
     assert_eq!(draft_lens, vec![DraftLen::Fixed(4), DraftLen::Auto]);
-    rig.send(EngineEvent::SweepPoint { run_id, label: "target".into(), budget: 0.0, draft_len: DraftLen::Fixed(1), stats: stats(2.0, 1.5) });
-    rig.send(EngineEvent::SweepPoint { run_id, label: "fixed=4,tv=1".into(), budget: 1.0, draft_len: DraftLen::Fixed(4), stats: stats(1.0, 2.5) });
+    rig.send(EngineEvent::SweepPoint {
+        run_id,
+        label: "target".into(),
+        budget: 0.0,
+        draft_len: DraftLen::Fixed(1),
+        stats: stats(2.0, 1.5),
+    });
+    rig.send(EngineEvent::SweepPoint {
+        run_id,
+        label: "fixed=4,tv=1".into(),
+        budget: 1.0,
+        draft_len: DraftLen::Fixed(4),
+        stats: stats(1.0, 2.5),
+    });
     rig.send(EngineEvent::SweepProgress { run_id, done: 2, total: 7 });
     h.run_steps(2);
     let f = h.state().view.sweep.frontier();
@@ -393,12 +482,22 @@ fn a_pane_finishing_mid_run_asks_for_no_extra_frame() {
     let (mut h, rig, run_id) = run_pressed();
     rig.send(EngineEvent::Started { run_id, pane: Pane::Target });
     for (i, w) in ["The", " moon", " glowed"].iter().enumerate() {
-        rig.send(EngineEvent::Token { run_id, pane: Pane::Target, token: token(i as u32, w, TokenSource::Target, 0), t_s: 0.1 * (i + 1) as f64 });
+        rig.send(EngineEvent::Token {
+            run_id,
+            pane: Pane::Target,
+            token: token(i as u32, w, TokenSource::Target, 0),
+            t_s: 0.1 * (i + 1) as f64,
+        });
     }
     h.run_steps(3);
     rig.send(EngineEvent::Finished { run_id, pane: Pane::Target, stats: stats(12.345, 1.9), cancelled: false });
     rig.send(EngineEvent::Started { run_id, pane: Pane::Mentored });
-    rig.send(EngineEvent::Token { run_id, pane: Pane::Mentored, token: token(0, "The", TokenSource::DraftAccepted, 0), t_s: 0.05 });
+    rig.send(EngineEvent::Token {
+        run_id,
+        pane: Pane::Mentored,
+        token: token(0, "The", TokenSource::DraftAccepted, 0),
+        t_s: 0.05,
+    });
     h.step();
     assert!(h.query_by_label("12.35 s").is_some(), "the target's stats are shown");
     let delays: Vec<_> = h.output().viewport_output.values().map(|v| v.repaint_delay).collect();
@@ -456,7 +555,11 @@ fn panels_are_drawn_by_the_clear_colour_of_their_theme() {
         assert_eq!(visuals.panel_fill, egui::Color32::TRANSPARENT, "{theme:?}: panels leave their fill to the clear");
         let want = theme.default_visuals().panel_fill;
         assert_ne!(want.a(), 0);
-        assert_eq!(mentor_lab::app::clear_color(&visuals), want.to_normalized_gamma_f32(), "{theme:?}: the clear colour is the theme's panel colour");
+        assert_eq!(
+            mentor_lab::app::clear_color(&visuals),
+            want.to_normalized_gamma_f32(),
+            "{theme:?}: the clear colour is the theme's panel colour"
+        );
     }
 }
 
@@ -465,7 +568,8 @@ fn panels_are_drawn_by_the_clear_colour_of_their_theme() {
 /// since the feature draft reads the default target's hidden states only.
 #[test]
 fn the_shipped_drafts_are_one_click_apart_with_the_default_target() {
-    let (Some(independent), Some(feature)) = (mentor_lab::models::default_draft(), mentor_lab::models::feature_draft()) else {
+    let (Some(independent), Some(feature)) = (mentor_lab::models::default_draft(), mentor_lab::models::feature_draft())
+    else {
         panic!("the shipped drafts are missing from assets/models")
     };
     let info = |path: &std::path::Path, feature_draft: bool| mentor_lab::gguf::ModelInfo {
@@ -486,7 +590,12 @@ fn the_shipped_drafts_are_one_click_apart_with_the_default_target() {
     };
     let (app, rig) = app_with(Settings::default(), no_dialogs());
     let mut h = harness(app);
-    let loads = |rig: &Rig| rig.cmd_rx.try_iter().filter_map(|c| if let EngineCommand::Load(m) = c { Some(m) } else { None }).collect::<Vec<_>>();
+    let loads = |rig: &Rig| {
+        rig.cmd_rx
+            .try_iter()
+            .filter_map(|c| if let EngineCommand::Load(m) = c { Some(m) } else { None })
+            .collect::<Vec<_>>()
+    };
 
     rig.send(loaded(PathBuf::from("/models/another-target.gguf"), &independent, false));
     h.run_steps(2);
@@ -504,7 +613,10 @@ fn the_shipped_drafts_are_one_click_apart_with_the_default_target() {
     h.run_steps(2);
     let sent = loads(&rig);
     assert_eq!(sent.len(), 1);
-    assert_eq!((sent[0].target.clone(), sent[0].draft.clone()), (h.state().settings.models.target.clone(), Some(feature.clone())));
+    assert_eq!(
+        (sent[0].target.clone(), sent[0].draft.clone()),
+        (h.state().settings.models.target.clone(), Some(feature.clone()))
+    );
     assert_eq!(h.state().settings.models.draft, Some(feature.clone()));
 
     // Once loaded, the draft line says what kind of draft it is, and the way back is one click.

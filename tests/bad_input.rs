@@ -5,7 +5,7 @@
 mod synthetic;
 
 use candle_core::Device;
-use mentor_lab::{load_model, EngineError, Engine, GenerateRequest, WeightFormat};
+use mentor_lab::{load_model, Engine, EngineError, GenerateRequest, WeightFormat};
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
 
@@ -131,11 +131,26 @@ fn cli_reports_errors_and_exits_nonzero() {
     let tiny = dir.path().join("tiny.gguf");
     synthetic::write(&tiny, &synthetic::Spec { n_ctx: 64, ..Default::default() });
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["generate".into(), "--prompt".into(), "hi".into(), "--target".into(), "/no/such.gguf".into()], "not found"),
-        (vec!["generate".into(), "--prompt".into(), "hi".into(), "--target".into(), junk.display().to_string()], "not a GGUF"),
-        (vec!["generate".into(), "--prompt".into(), "".into(), "--target".into(), tiny.display().to_string()], "prompt is empty"),
         (
-            vec!["generate".into(), "--prompt".into(), "the rain ".repeat(40), "--target".into(), tiny.display().to_string()],
+            vec!["generate".into(), "--prompt".into(), "hi".into(), "--target".into(), "/no/such.gguf".into()],
+            "not found",
+        ),
+        (
+            vec!["generate".into(), "--prompt".into(), "hi".into(), "--target".into(), junk.display().to_string()],
+            "not a GGUF",
+        ),
+        (
+            vec!["generate".into(), "--prompt".into(), "".into(), "--target".into(), tiny.display().to_string()],
+            "prompt is empty",
+        ),
+        (
+            vec![
+                "generate".into(),
+                "--prompt".into(),
+                "the rain ".repeat(40),
+                "--target".into(),
+                tiny.display().to_string(),
+            ],
             "context",
         ),
         (vec!["generate".into(), "--prompt".into(), "hi".into(), "--temperature=-2".into()], "temperature"),

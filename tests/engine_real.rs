@@ -219,7 +219,12 @@ fn same_seed_same_text_different_seed_different_text() {
 fn cancel_stops_generation_promptly() {
     let mut engine = Engine::new(load_target(WeightFormat::Auto), None).unwrap();
     let cancel = AtomicBool::new(false);
-    let req = GenerateRequest { prompt: "Count to one hundred.".into(), max_tokens: 200, ignore_eos: true, ..GenerateRequest::default() };
+    let req = GenerateRequest {
+        prompt: "Count to one hundred.".into(),
+        max_tokens: 200,
+        ignore_eos: true,
+        ..GenerateRequest::default()
+    };
     let mut n = 0;
     let g = engine
         .generate(&req, &cancel, &mut |ev| {
@@ -321,7 +326,11 @@ fn mean_tv(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
         let s: f64 = e.iter().sum();
         e.into_iter().map(|v| v / s).collect()
     };
-    let tv: f64 = a.iter().zip(b).map(|(x, y)| 0.5 * softmax(x).iter().zip(softmax(y)).map(|(p, q)| (p - q).abs()).sum::<f64>()).sum();
+    let tv: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| 0.5 * softmax(x).iter().zip(softmax(y)).map(|(p, q)| (p - q).abs()).sum::<f64>())
+        .sum();
     tv / a.len() as f64
 }
 
@@ -332,7 +341,8 @@ fn mean_tv(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
 #[test]
 fn auto_runs_4bit_weights_as_in_the_file_where_the_kernel_has_simd() {
     let mut auto = load_target(WeightFormat::Auto);
-    let expected = if mentor_lab::kernels::q4_has_simd() { "Q4_1, batched kernel" } else { "Q8_0 (from Q4_1), batched kernel" };
+    let expected =
+        if mentor_lab::kernels::q4_has_simd() { "Q4_1, batched kernel" } else { "Q8_0 (from Q4_1), batched kernel" };
     assert!(auto.model.weight_desc.starts_with(expected), "weights: {}", auto.model.weight_desc);
     let ids = auto.tokenizer.prompt_ids("Explain in two sentences why the sky is blue.", false).unwrap();
     let rows = auto.model.forward_rows(&ids).unwrap();
@@ -384,7 +394,15 @@ fn the_shipped_draft_agrees_with_the_target_on_held_out_code() {
     assert_eq!(code.len(), 10);
     let report = mentor_lab::eval::evaluate(&mut target, &mut draft, &code, 0.7, 96, &mut |_, _| {}).unwrap();
     let row = &report.overall;
-    eprintln!("held-out code: {} positions, 1 − TV {:.3}, greedy agreement {:.3}", row.n_positions, row.mean_one_minus_tv, row.greedy_agreement);
+    eprintln!(
+        "held-out code: {} positions, 1 − TV {:.3}, greedy agreement {:.3}",
+        row.n_positions, row.mean_one_minus_tv, row.greedy_agreement
+    );
     assert!(row.n_positions >= 600, "only {} positions scored", row.n_positions);
-    assert!(row.mean_one_minus_tv >= 0.66, "held-out code 1 − TV {:.3} (greedy agreement {:.3})", row.mean_one_minus_tv, row.greedy_agreement);
+    assert!(
+        row.mean_one_minus_tv >= 0.66,
+        "held-out code 1 − TV {:.3} (greedy agreement {:.3})",
+        row.mean_one_minus_tv,
+        row.greedy_agreement
+    );
 }

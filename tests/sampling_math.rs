@@ -3,7 +3,9 @@
 
 use mentor_lab::lookup::point_mass;
 use mentor_lab::mentor::{accept_probability, kl_divergence, mix_kl, mix_tv, residual, tv_distance, verify_token};
-use mentor_lab::sampling::{apply_repeat_penalty, argmax, draft_uniform, probabilities, sample_index, uniform, Purpose, SamplingParams};
+use mentor_lab::sampling::{
+    apply_repeat_penalty, argmax, draft_uniform, probabilities, sample_index, uniform, Purpose, SamplingParams,
+};
 
 const N_DRAWS: u64 = 200_000;
 
@@ -124,9 +126,11 @@ fn two_positions(p1: &[f32], q1: &[f32], p2: &[f32], q2: &[f32], extend: impl Fn
         let (a, b) = (2 * i, 2 * i + 1);
         let x1 = sample_index(q1, uniform(61, a, Purpose::DraftSample));
         let x2 = sample_index(q2, uniform(61, b, Purpose::DraftSample));
-        let v1 = verify_token(p1, q1, x1 as u32, uniform(61, a, Purpose::AcceptTest), uniform(61, a, Purpose::Residual));
+        let v1 =
+            verify_token(p1, q1, x1 as u32, uniform(61, a, Purpose::AcceptTest), uniform(61, a, Purpose::Residual));
         let y2 = if v1.accepted && extend(x1, x2) {
-            verify_token(p2, q2, x2 as u32, uniform(61, b, Purpose::AcceptTest), uniform(61, b, Purpose::Residual)).token as usize
+            verify_token(p2, q2, x2 as u32, uniform(61, b, Purpose::AcceptTest), uniform(61, b, Purpose::Residual))
+                .token as usize
         } else {
             sample_index(p2, uniform(61, b, Purpose::TargetSample))
         };
@@ -243,7 +247,10 @@ fn kl_rule_matches_brute_force_optimum() {
             // Ours is the continuous optimum: at least the grid's best (minus float noise), and
             // the grid's best approaches it within the grid's resolution.
             assert!(ours >= brute - 1e-4, "case {case} frac {frac}: ours {ours} < brute {brute}");
-            assert!(ours - brute < 3.0 * n as f64 / steps as f64, "case {case} frac {frac}: ours {ours} ≫ brute {brute}");
+            assert!(
+                ours - brute < 3.0 * n as f64 / steps as f64,
+                "case {case} frac {frac}: ours {ours} ≫ brute {brute}"
+            );
             assert!((m.pi_mixed.iter().sum::<f32>() - 1.0).abs() < 1e-5);
         }
     }

@@ -8,7 +8,10 @@ mod synthetic;
 use common::{draft_path, load_target, target_path};
 use mentor_lab::generate::LoadedModel;
 use mentor_lab::sampling::{nll_at_t1, probabilities, sample_index, uniform, Purpose};
-use mentor_lab::{load_model, DraftLen, Engine, EngineError, GenEvent, GenerateRequest, Mode, SamplingParams, TokenSource, WeightFormat};
+use mentor_lab::{
+    load_model, DraftLen, Engine, EngineError, GenEvent, GenerateRequest, Mode, SamplingParams, TokenSource,
+    WeightFormat,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 const PROMPT: &str = "Write a short story about a lighthouse keeper who finds a message in a bottle.";
@@ -119,12 +122,21 @@ fn bonus_token_follows_target_distribution() {
 #[test]
 fn reported_nll_is_the_targets_nll_of_the_text() {
     let mut engine = Engine::new(load_target(WeightFormat::F32), Some(the_draft(WeightFormat::F32))).unwrap();
-    for req in [request(Mode::Target, 0.7, 0.0, DraftLen::Fixed(1), 30), request(Mode::Speculative, 0.7, 0.5, DraftLen::Fixed(3), 30)] {
+    for req in [
+        request(Mode::Target, 0.7, 0.0, DraftLen::Fixed(1), 30),
+        request(Mode::Speculative, 0.7, 0.5, DraftLen::Fixed(3), 30),
+    ] {
         let g = run(&mut engine, &req);
         let (prompt, _, rows, n_vocab) = scored_by_target(&mut engine, &g);
-        let scored: f64 = g.tokens.iter().map(|t| nll_at_t1(&rows[prompt.len() + t.pos - 1], t.id, n_vocab)).sum::<f64>() / g.tokens.len() as f64;
+        let scored: f64 =
+            g.tokens.iter().map(|t| nll_at_t1(&rows[prompt.len() + t.pos - 1], t.id, n_vocab)).sum::<f64>()
+                / g.tokens.len() as f64;
         let reported = g.stats.mean_target_nll;
-        assert!((reported - scored).abs() < 1e-3 * scored.max(1.0), "{:?}: reported {reported}, scored {scored}", req.mode);
+        assert!(
+            (reported - scored).abs() < 1e-3 * scored.max(1.0),
+            "{:?}: reported {reported}, scored {scored}",
+            req.mode
+        );
     }
 }
 
@@ -289,12 +301,15 @@ fn adaptive_rounds_go_on_by_copying_after_drafted_tokens() {
     let code = mentor_lab::presets::preset("code").map(|p| p.prompt).unwrap_or_default();
     let function = code.split_once("\n\n").map(|(_, f)| f).unwrap_or_default();
     let prompts = [
-        format!("Rename the variables of this Python function to clearer names and show the whole function:\n\n{function}"),
+        format!(
+            "Rename the variables of this Python function to clearer names and show the whole function:\n\n{function}"
+        ),
         code.to_string(),
     ];
     let mut tails_seen = Vec::new();
     for prompt in prompts.iter().cycle().take(6) {
-        let req = GenerateRequest { prompt: prompt.clone(), ..request(Mode::Speculative, 0.0, 0.0, DraftLen::Auto, 160) };
+        let req =
+            GenerateRequest { prompt: prompt.clone(), ..request(Mode::Speculative, 0.0, 0.0, DraftLen::Auto, 160) };
         let want = run(&mut engine, &GenerateRequest { mode: Mode::Target, ..req.clone() });
         let got = run(&mut engine, &req);
         assert_eq!(ids(&got), ids(&want));
@@ -329,7 +344,8 @@ fn pits_under_target(engine: &mut Engine, req: &GenerateRequest, g: &mentor_lab:
         let p = probabilities(row, &ctx[..n + j], &req.sampling, row.len());
         let x = ctx[n + j] as usize;
         let px = p[x];
-        let ahead: f64 = p.iter().enumerate().filter(|&(y, &v)| v > px || (v == px && y < x)).map(|(_, &v)| f64::from(v)).sum();
+        let ahead: f64 =
+            p.iter().enumerate().filter(|&(y, &v)| v > px || (v == px && y < x)).map(|(_, &v)| f64::from(v)).sum();
         // Randomness apart from the run's own draws (another seed space).
         let v = uniform(req.seed ^ 0x5EED_0F_F1, j as u64, Purpose::Residual);
         out.push(ahead + v * f64::from(px));
@@ -415,7 +431,11 @@ fn eval_draft_reports_per_category_and_overall() {
     assert!(r.draft_cost_ratio > 0.0 && r.draft_cost_ratio < 1.0, "the draft is cheaper than the target");
     // A malformed prompt file is a clear error.
     std::fs::write(&prompts, "not json\n").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mentor-lab")).args(["eval-draft", "--prompts"]).arg(&prompts).output().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mentor-lab"))
+        .args(["eval-draft", "--prompts"])
+        .arg(&prompts)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 1"));
 }
@@ -460,7 +480,8 @@ fn feature_draft_matches_the_numpy_reference() {
         let i = row["input_position"].as_u64().unwrap() as usize;
         assert_eq!(draft.model.n_cached(), i);
         let (_, logits) = draft.model.forward_features(&ids[i + 1..i + 2], &feats[i * d..(i + 1) * d]).unwrap();
-        let tokens: Vec<usize> = row["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+        let tokens: Vec<usize> =
+            row["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
         let want: Vec<f32> = row["logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
         let argmax = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap();
         assert_eq!(argmax, tokens[0], "position {i}");
@@ -508,7 +529,10 @@ fn feature_draft_misuse_is_a_clear_error() {
 
     // The independent draft as the "target": 8 blocks, 192 wide.
     let mut wrong = Engine::new(the_draft(WeightFormat::Auto), Some(the_feature_draft())).unwrap();
-    let e = wrong.generate(&request(Mode::Speculative, 0.7, 0.0, DraftLen::Fixed(2), 8), &AtomicBool::new(false), &mut |_| {}).unwrap_err().to_string();
+    let e = wrong
+        .generate(&request(Mode::Speculative, 0.7, 0.0, DraftLen::Fixed(2), 8), &AtomicBool::new(false), &mut |_| {})
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("feature draft for a target of 30 blocks, 576 wide") && e.contains("8 blocks, 192 wide"), "{e}");
 }
 
@@ -539,7 +563,11 @@ fn feature_draft_in_a_run_reads_the_targets_settled_features() {
         if t.source == TokenSource::DraftAccepted {
             let q = probabilities(&logits, &all[..a], &req.sampling, logits.len());
             let got = t.q_draft.unwrap();
-            assert!((q[t.id as usize] - got).abs() <= 1e-6 * got.max(1e-3), "token {i}: q(x) {got} in the run, {} teacher-forced", q[t.id as usize]);
+            assert!(
+                (q[t.id as usize] - got).abs() <= 1e-6 * got.max(1e-3),
+                "token {i}: q(x) {got} in the run, {} teacher-forced",
+                q[t.id as usize]
+            );
             checked += 1;
         }
     }
@@ -554,7 +582,9 @@ fn eval_draft_scores_the_feature_draft_from_settled_features() {
     let all = mentor_lab::eval::read_prompts(&mentor_lab::models::assets_dir().join("prompts/eval.jsonl")).unwrap();
     let prompts: Vec<_> = all.into_iter().step_by(5).collect();
     let mut target = load_target(WeightFormat::Auto);
-    let mut eval = |draft: &mut LoadedModel| mentor_lab::eval::evaluate(&mut target, draft, &prompts, 0.7, 32, &mut |_, _| {}).unwrap();
+    let mut eval = |draft: &mut LoadedModel| {
+        mentor_lab::eval::evaluate(&mut target, draft, &prompts, 0.7, 32, &mut |_, _| {}).unwrap()
+    };
     let independent = eval(&mut the_draft(WeightFormat::Auto));
     let feature = eval(&mut the_feature_draft());
     assert_eq!(feature.overall.n_positions, independent.overall.n_positions);

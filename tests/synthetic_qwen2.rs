@@ -1,10 +1,10 @@
 //! The qwen2 code path (attention biases, half-split RoPE, padded vocabulary) on a tiny random
 //! model written by the test.
 
-#[path = "common/synthetic.rs"]
-mod synthetic;
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/synthetic.rs"]
+mod synthetic;
 
 use candle_core::quantized::GgmlDType;
 use candle_core::Device;
@@ -29,7 +29,8 @@ fn chunk_equals_steps(spec: synthetic::Spec, format: WeightFormat, tol: f32) {
         assert!(d <= tol, "position {i}: chunk vs step differ by {d}");
         // Quantized activations are rounded per row, so near-ties may flip; clear decisions may not.
         let best = argmax(&row);
-        let second = row.iter().enumerate().filter(|(j, _)| *j != best).map(|(_, &v)| v).fold(f32::NEG_INFINITY, f32::max);
+        let second =
+            row.iter().enumerate().filter(|(j, _)| *j != best).map(|(_, &v)| v).fold(f32::NEG_INFINITY, f32::max);
         if row[best] - second > 2.0 * d {
             assert_eq!(best, argmax(&chunked[i]), "position {i}");
         }
@@ -156,12 +157,12 @@ fn head_token_list_restricts_the_head_and_a_bad_list_is_reported_and_ignored() {
     // Bad lists: the file still loads, with the full head, and the reason names the key.
     let n_vocab = file.config.n_vocab as u32;
     for bad in [
-        list(&[5, 3]),                              // not ascending
-        list(&[1, 1, 2]),                           // repeated
-        list(&[1, n_vocab]),                        // outside the vocabulary
-        list(&[]),                                  // empty
+        list(&[5, 3]),                                 // not ascending
+        list(&[1, 1, 2]),                              // repeated
+        list(&[1, n_vocab]),                           // outside the vocabulary
+        list(&[]),                                     // empty
         Value::Array(vec![Value::String("a".into())]), // not token ids
-        Value::U32(3),                              // not a list
+        Value::U32(3),                                 // not a list
     ] {
         let (_d, path) = write(vec![(key.clone(), bad)]);
         let file = mentor_lab::gguf::ModelFile::open(&path).unwrap();

@@ -64,17 +64,57 @@ pub enum EngineCommand {
 #[derive(Debug, Clone)]
 pub enum EngineEvent {
     /// Fetching or loading; `fraction` when known.
-    Progress { message: String, fraction: Option<f32> },
-    Loaded { target: ModelInfo, target_weights: String, draft: Option<(ModelInfo, String)> },
-    Started { run_id: u64, pane: Pane },
-    Token { run_id: u64, pane: Pane, token: TokenInfo, t_s: f64 },
-    Round { run_id: u64, pane: Pane, round: RoundInfo, t_s: f64 },
-    Finished { run_id: u64, pane: Pane, stats: Stats, cancelled: bool },
-    SweepPoint { run_id: u64, label: String, budget: f64, draft_len: DraftLen, stats: Stats },
-    SweepProgress { run_id: u64, done: usize, total: usize },
+    Progress {
+        message: String,
+        fraction: Option<f32>,
+    },
+    Loaded {
+        target: ModelInfo,
+        target_weights: String,
+        draft: Option<(ModelInfo, String)>,
+    },
+    Started {
+        run_id: u64,
+        pane: Pane,
+    },
+    Token {
+        run_id: u64,
+        pane: Pane,
+        token: TokenInfo,
+        t_s: f64,
+    },
+    Round {
+        run_id: u64,
+        pane: Pane,
+        round: RoundInfo,
+        t_s: f64,
+    },
+    Finished {
+        run_id: u64,
+        pane: Pane,
+        stats: Stats,
+        cancelled: bool,
+    },
+    SweepPoint {
+        run_id: u64,
+        label: String,
+        budget: f64,
+        draft_len: DraftLen,
+        stats: Stats,
+    },
+    SweepProgress {
+        run_id: u64,
+        done: usize,
+        total: usize,
+    },
     /// Everything asked for by `run_id` is over (finished, stopped or failed).
-    Done { run_id: u64 },
-    Error { run_id: Option<u64>, message: String },
+    Done {
+        run_id: u64,
+    },
+    Error {
+        run_id: Option<u64>,
+        message: String,
+    },
     Discovered(Vec<FoundModel>),
 }
 
@@ -327,16 +367,30 @@ impl Worker {
     }
 
     /// Run one request, streaming its tokens; returns the stats when it ran to the end.
-    fn run_one(&mut self, run_id: u64, pane: Pane, req: &GenerateRequest, cancel: &AtomicBool, out: &Outbox) -> Option<Stats> {
+    fn run_one(
+        &mut self,
+        run_id: u64,
+        pane: Pane,
+        req: &GenerateRequest,
+        cancel: &AtomicBool,
+        out: &Outbox,
+    ) -> Option<Stats> {
         let Some(engine) = self.engine.as_mut() else {
-            out.send(EngineEvent::Error { run_id: Some(run_id), message: "no model is loaded yet: wait for loading to finish, or pick a model in the top bar.".into() });
+            out.send(EngineEvent::Error {
+                run_id: Some(run_id),
+                message: "no model is loaded yet: wait for loading to finish, or pick a model in the top bar.".into(),
+            });
             return None;
         };
         out.send(EngineEvent::Started { run_id, pane });
         let start = Instant::now();
         let result = engine.generate(req, cancel, &mut |ev| match ev {
-            GenEvent::Token(token) => out.send(EngineEvent::Token { run_id, pane, token, t_s: start.elapsed().as_secs_f64() }),
-            GenEvent::Round(round) => out.send(EngineEvent::Round { run_id, pane, round, t_s: start.elapsed().as_secs_f64() }),
+            GenEvent::Token(token) => {
+                out.send(EngineEvent::Token { run_id, pane, token, t_s: start.elapsed().as_secs_f64() })
+            }
+            GenEvent::Round(round) => {
+                out.send(EngineEvent::Round { run_id, pane, round, t_s: start.elapsed().as_secs_f64() })
+            }
             GenEvent::Prefilled { .. } => {}
         });
         match result {
@@ -351,11 +405,25 @@ impl Worker {
         }
     }
 
-    fn sweep(&mut self, run_id: u64, base: &GenerateRequest, budgets: &[f64], lens: &[DraftLen], cancel: &AtomicBool, out: &Outbox) {
+    fn sweep(
+        &mut self,
+        run_id: u64,
+        base: &GenerateRequest,
+        budgets: &[f64],
+        lens: &[DraftLen],
+        cancel: &AtomicBool,
+        out: &Outbox,
+    ) {
         let total = 1 + budgets.len() * lens.len();
         let target_req = GenerateRequest { mode: Mode::Target, ..base.clone() };
         let Some(target_stats) = self.run_silent(&target_req, cancel, out, run_id) else { return };
-        out.send(EngineEvent::SweepPoint { run_id, label: "target".into(), budget: 0.0, draft_len: DraftLen::Fixed(1), stats: target_stats });
+        out.send(EngineEvent::SweepPoint {
+            run_id,
+            label: "target".into(),
+            budget: 0.0,
+            draft_len: DraftLen::Fixed(1),
+            stats: target_stats,
+        });
         let mut done = 1;
         out.send(EngineEvent::SweepProgress { run_id, done, total });
         for &k in lens {
@@ -450,7 +518,20 @@ mod tests {
         let p = FramePacer::default();
         p.set_fixed(Some(Duration::from_millis(120)));
         let started = EngineEvent::Started { run_id: 1, pane: Pane::Target };
-        let round = EngineEvent::Round { run_id: 1, pane: Pane::Mentored, round: RoundInfo { index: 0, n_proposed: 4, n_accepted: 2, n_emitted: 3, draft_s: 0.01, verify_s: 0.02, n_copied: 0 }, t_s: 0.1 };
+        let round = EngineEvent::Round {
+            run_id: 1,
+            pane: Pane::Mentored,
+            round: RoundInfo {
+                index: 0,
+                n_proposed: 4,
+                n_accepted: 2,
+                n_emitted: 3,
+                draft_s: 0.01,
+                verify_s: 0.02,
+                n_copied: 0,
+            },
+            t_s: 0.1,
+        };
         let progress = EngineEvent::SweepProgress { run_id: 1, done: 1, total: 4 };
         let done = EngineEvent::Done { run_id: 1 };
         let error = EngineEvent::Error { run_id: Some(1), message: "x".into() };

@@ -57,7 +57,9 @@ impl CpuSplit {
         let mut split = CpuSplit::default();
         for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
             let dir = task.path();
-            let (Ok(name), Ok(stat)) = (std::fs::read_to_string(dir.join("comm")), std::fs::read_to_string(dir.join("schedstat"))) else {
+            let (Ok(name), Ok(stat)) =
+                (std::fs::read_to_string(dir.join("comm")), std::fs::read_to_string(dir.join("schedstat")))
+            else {
                 continue; // the thread ended meanwhile
             };
             let Some(ns) = stat.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()) else { continue };
@@ -195,7 +197,10 @@ impl eframe::App for Measuring {
             return;
         }
         if self.app.view.models.draft.is_none() {
-            return self.finish(&ctx, Some("no draft model loaded: measure-ui compares target-only with mentored decoding".into()));
+            return self.finish(
+                &ctx,
+                Some("no draft model loaded: measure-ui compares target-only with mentored decoding".into()),
+            );
         }
         match self.current {
             None => self.start_next(&ctx),
@@ -219,15 +224,24 @@ impl eframe::App for Measuring {
 
 /// Open the window, run the comparisons of [`plan`], return what the app measured.
 /// `stream_frame`: a fixed wait before streamed tokens are drawn instead of the app's pacing.
-pub fn measure_in_window(settings: Settings, seeds: Vec<u64>, stream_frame: Option<std::time::Duration>) -> anyhow::Result<UiMeasurement> {
+pub fn measure_in_window(
+    settings: Settings,
+    seeds: Vec<u64>,
+    stream_frame: Option<std::time::Duration>,
+) -> anyhow::Result<UiMeasurement> {
     if seeds.is_empty() {
         anyhow::bail!("measure-ui needs at least one seed");
     }
     // CPU totals start at zero where the platform reports per-thread CPU time.
-    let out = Arc::new(Mutex::new(UiMeasurement { cpu: CpuSplit::now().map(|_| CpuSplit::default()), ..UiMeasurement::default() }));
+    let out = Arc::new(Mutex::new(UiMeasurement {
+        cpu: CpuSplit::now().map(|_| CpuSplit::default()),
+        ..UiMeasurement::default()
+    }));
     let out_app = out.clone();
     let options = eframe::NativeOptions {
-        viewport: egui::ViewportBuilder::default().with_title("Mentor Lab (measuring)").with_inner_size([1400.0, 900.0]),
+        viewport: egui::ViewportBuilder::default()
+            .with_title("Mentor Lab (measuring)")
+            .with_inner_size([1400.0, 900.0]),
         persist_window: false,
         ..Default::default()
     };

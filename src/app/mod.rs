@@ -137,7 +137,8 @@ impl MentorApp {
 
     fn send(&mut self, cmd: EngineCommand) {
         if self.engine.cmd_tx.send(cmd).is_err() {
-            self.view.error = Some("the engine thread is gone; restart Mentor Lab (settings and history are saved)".into());
+            self.view.error =
+                Some("the engine thread is gone; restart Mentor Lab (settings and history are saved)".into());
         }
     }
 
@@ -162,10 +163,9 @@ impl MentorApp {
         let target_e2e = self.view.target.stats.as_ref().map(|s| s.e2e_s);
         let (config, speedup) = match pane {
             Pane::Target => ("target".to_string(), 1.0),
-            Pane::Mentored => (
-                self.view.mentored_label.clone(),
-                target_e2e.map(|t| t / stats.e2e_s.max(1e-9)).unwrap_or(f64::NAN),
-            ),
+            Pane::Mentored => {
+                (self.view.mentored_label.clone(), target_e2e.map(|t| t / stats.e2e_s.max(1e-9)).unwrap_or(f64::NAN))
+            }
         };
         let req = self.view.target_request.clone().unwrap_or_else(|| self.settings.target_request());
         self.history.push(RunRecord {
@@ -218,7 +218,8 @@ impl MentorApp {
                 UiCommand::Discover => self.send(EngineCommand::Discover),
                 UiCommand::ExportCsv => self.export("mentor-lab-runs.csv", view::to_csv(&self.history)),
                 UiCommand::ExportJson => {
-                    let json = serde_json::to_string_pretty(&self.history).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+                    let json = serde_json::to_string_pretty(&self.history)
+                        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
                     self.export("mentor-lab-runs.json", json)
                 }
                 UiCommand::ClearHistory => self.history.clear(),
@@ -277,7 +278,8 @@ impl MentorApp {
             }
         };
         let (run_id, cancel) = self.new_run();
-        self.view.sweep = view::SweepView { run_id: Some(run_id), total: 1 + budgets.len() * draft_lens.len(), ..Default::default() };
+        self.view.sweep =
+            view::SweepView { run_id: Some(run_id), total: 1 + budgets.len() * draft_lens.len(), ..Default::default() };
         let base = self.settings.mentored_request();
         self.send(EngineCommand::Sweep { run_id, base, budgets, draft_lens, cancel });
     }
@@ -297,18 +299,24 @@ impl MentorApp {
             self.queue(UiCommand::OpenTarget);
         }
         if self.show_about {
-            egui::Window::new("About Mentor Lab").collapsible(false).resizable(false).open(&mut self.show_about).show(&ctx, |ui| {
-                ui.label(format!("Mentor Lab {}", env!("CARGO_PKG_VERSION")));
-                ui.label("Speculative and mentored decoding, measured live with real models (candle).");
-                ui.label("Default target: SmolLM2-135M-Instruct (Apache-2.0, Hugging Face).");
-                ui.label("Default draft: distilled from it by this project (Apache-2.0).");
-            });
+            egui::Window::new("About Mentor Lab").collapsible(false).resizable(false).open(&mut self.show_about).show(
+                &ctx,
+                |ui| {
+                    ui.label(format!("Mentor Lab {}", env!("CARGO_PKG_VERSION")));
+                    ui.label("Speculative and mentored decoding, measured live with real models (candle).");
+                    ui.label("Default target: SmolLM2-135M-Instruct (Apache-2.0, Hugging Face).");
+                    ui.label("Default draft: distilled from it by this project (Apache-2.0).");
+                },
+            );
         }
         egui::Panel::top("models").show(ui, |ui| ui_models::models_bar_ui(self, ui));
         egui::Panel::left("controls").default_size(330.0).show(ui, |ui| {
             egui::ScrollArea::vertical().show(ui, |ui| ui_controls::controls_ui(self, ui));
         });
-        egui::Panel::bottom("history").default_size(230.0).resizable(true).show(ui, |ui| ui_history::history_ui(self, ui));
+        egui::Panel::bottom("history")
+            .default_size(230.0)
+            .resizable(true)
+            .show(ui, |ui| ui_history::history_ui(self, ui));
         egui::CentralPanel::default().show(ui, |ui| {
             egui::ScrollArea::vertical().id_salt("central").show(ui, |ui| ui_panes::comparison_ui(self, ui));
         });
@@ -357,7 +365,9 @@ pub(crate) fn table_row(ui: &mut egui::Ui, widths: &[f32], striped: bool, mut ce
     for (i, &w) in widths.iter().enumerate() {
         let at = egui::Rect::from_min_size(egui::pos2(x, rect.min.y), egui::vec2(w, height));
         let layout = egui::Layout::left_to_right(egui::Align::Center);
-        ui.scope_builder(egui::UiBuilder::new().max_rect(at.shrink2(egui::vec2(2.0, 0.0))).layout(layout), |ui| cell(i, ui));
+        ui.scope_builder(egui::UiBuilder::new().max_rect(at.shrink2(egui::vec2(2.0, 0.0))).layout(layout), |ui| {
+            cell(i, ui)
+        });
         x += w;
     }
 }

@@ -5,7 +5,13 @@ use crate::mentor::MentorRule;
 use crate::presets::PRESETS;
 
 /// A slider with a visible label tied to it (so tests and screen readers find it by name).
-fn labelled<T: egui::emath::Numeric>(ui: &mut egui::Ui, label: &str, value: &mut T, range: std::ops::RangeInclusive<T>, step: f64) {
+fn labelled<T: egui::emath::Numeric>(
+    ui: &mut egui::Ui,
+    label: &str,
+    value: &mut T,
+    range: std::ops::RangeInclusive<T>,
+    step: f64,
+) {
     ui.horizontal(|ui| {
         let l = ui.label(label);
         ui.add(egui::Slider::new(value, range).step_by(step)).labelled_by(l.id);
@@ -41,11 +47,13 @@ pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     ui.horizontal(|ui| {
         ui.label("Rule");
         ui.radio_value(&mut s.rule, MentorRule::Tv, "TV").on_hover_text("π = (1−θ)p + θq with θ = min(1, D/TV(p,q))");
-        ui.radio_value(&mut s.rule, MentorRule::Kl, "KL").on_hover_text("π maximises acceptance subject to KL(p‖π) ≤ D (nats)");
+        ui.radio_value(&mut s.rule, MentorRule::Kl, "KL")
+            .on_hover_text("π maximises acceptance subject to KL(p‖π) ≤ D (nats)");
     });
     ui.add_enabled_ui(!s.adaptive, |ui| labelled(ui, "Draft length", &mut s.draft_len, 1..=16, 1.0));
-    ui.checkbox(&mut s.adaptive, "adaptive draft length")
-        .on_hover_text("Chooses k each round from measured acceptance and draft/verify costs; may fall back to target-only steps");
+    ui.checkbox(&mut s.adaptive, "adaptive draft length").on_hover_text(
+        "Chooses k each round from measured acceptance and draft/verify costs; may fall back to target-only steps",
+    );
     ui.add_enabled_ui(s.adaptive, |ui| ui.checkbox(&mut s.lookup, "adaptive: also copy from the context"))
         .response
         .on_hover_text("Where the last tokens occurred before, propose what followed them (no draft forward); the policy uses it only where its measured acceptance pays. Copied tokens are highlighted apart.");
@@ -98,7 +106,11 @@ pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         ui.text_edit_singleline(&mut s.sweep_lens).labelled_by(l.id);
     });
     ui.horizontal(|ui| {
-        if ui.add_enabled(!busy, egui::Button::new("Sweep")).on_hover_text("Runs every budget × draft length on this prompt and seed").clicked() {
+        if ui
+            .add_enabled(!busy, egui::Button::new("Sweep"))
+            .on_hover_text("Runs every budget × draft length on this prompt and seed")
+            .clicked()
+        {
             app.queue(UiCommand::Sweep);
         }
         let sw = &app.view.sweep;

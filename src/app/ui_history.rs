@@ -29,7 +29,8 @@ fn runs_table_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         }
     });
     egui::ScrollArea::both().id_salt("runs").stick_to_bottom(true).show(ui, |ui| {
-        const HEADERS: [&str; 8] = ["config", "acceptance", "rounds", "e2e s", "tok/s", "speedup", "target NLL", "seed"];
+        const HEADERS: [&str; 8] =
+            ["config", "acceptance", "rounds", "e2e s", "tok/s", "speedup", "target NLL", "seed"];
         const WIDTHS: [f32; 8] = [124.0, 74.0, 50.0, 46.0, 50.0, 56.0, 70.0, 40.0];
         super::table_row(ui, &WIDTHS, false, |i, ui| {
             ui.strong(HEADERS[i]);
@@ -60,14 +61,18 @@ fn runs_table_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
 fn frontier_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     ui.strong("Sweep: speedup vs target NLL (the speed/quality frontier)");
     let pts = app.view.sweep.frontier();
-    Plot::new("frontier").legend(Legend::default()).x_axis_label("mean target NLL (lower is closer to the target)").y_axis_label("speedup ×").show(ui, |p| {
-        if pts.is_empty() {
-            return;
-        }
-        let xy: Vec<[f64; 2]> = pts.iter().map(|(x, y, _)| [*x, *y]).collect();
-        p.points(Points::new("configs", PlotPoints::new(xy)).radius(4.0));
-        for (x, y, label) in &pts {
-            p.text(Text::new(label.clone(), PlotPoint::new(*x, *y), RichText::new(label.clone()).small()));
-        }
-    });
+    Plot::new("frontier")
+        .legend(Legend::default())
+        .x_axis_label("mean target NLL (lower is closer to the target)")
+        .y_axis_label("speedup ×")
+        .show(ui, |p| {
+            if pts.is_empty() {
+                return;
+            }
+            let xy: Vec<[f64; 2]> = pts.iter().map(|(x, y, _)| [*x, *y]).collect();
+            p.points(Points::new("configs", PlotPoints::new(xy)).radius(4.0));
+            for (x, y, label) in &pts {
+                p.text(Text::new(label.clone(), PlotPoint::new(*x, *y), RichText::new(label.clone()).small()));
+            }
+        });
 }

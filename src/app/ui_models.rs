@@ -31,7 +31,11 @@ pub fn models_bar_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         if ui.button("Open target…").on_hover_text("Cmd/Ctrl+O").clicked() {
             app.queue(UiCommand::OpenTarget);
         }
-        if ui.button("Default pair").on_hover_text("SmolLM2-135M-Instruct + the draft shipped with Mentor Lab").clicked() {
+        if ui
+            .button("Default pair")
+            .on_hover_text("SmolLM2-135M-Instruct + the draft shipped with Mentor Lab")
+            .clicked()
+        {
             app.queue(UiCommand::Load(ModelChoice { weights: app.settings.models.weights, ..ModelChoice::default() }));
         }
         ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
@@ -65,7 +69,11 @@ pub fn models_bar_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
             .show_ui(ui, |ui| {
                 for f in app.found.clone() {
                     if ui.selectable_label(false, f.info.path.display().to_string()).clicked() {
-                        app.queue(UiCommand::Load(ModelChoice { target: Some(f.info.path.clone()), draft: None, ..app.settings.models.clone() }));
+                        app.queue(UiCommand::Load(ModelChoice {
+                            target: Some(f.info.path.clone()),
+                            draft: None,
+                            ..app.settings.models.clone()
+                        }));
                     }
                 }
             });
@@ -80,8 +88,17 @@ pub fn models_bar_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
             .selected_text(format!("{} with the target's tokenizer", compatible.len()))
             .show_ui(ui, |ui| {
                 for f in compatible {
-                    if ui.selectable_label(false, format!("{} ({:.0}M)", f.info.path.display(), f.info.n_params as f64 / 1e6)).clicked() {
-                        app.queue(UiCommand::Load(ModelChoice { draft: Some(f.info.path.clone()), ..app.settings.models.clone() }));
+                    if ui
+                        .selectable_label(
+                            false,
+                            format!("{} ({:.0}M)", f.info.path.display(), f.info.n_params as f64 / 1e6),
+                        )
+                        .clicked()
+                    {
+                        app.queue(UiCommand::Load(ModelChoice {
+                            draft: Some(f.info.path.clone()),
+                            ..app.settings.models.clone()
+                        }));
                     }
                 }
             });
@@ -117,7 +134,12 @@ pub fn models_bar_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
 /// default pair's) and, where it ships (not in the Metal bundle), the feature draft. Shown only
 /// while the default target is loaded, the one target the feature draft can read.
 fn shipped_drafts_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
-    let default_target = app.view.models.target.as_ref().is_some_and(|(t, _)| t.path.file_name().is_some_and(|n| n == models::DEFAULT_TARGET_FILE));
+    let default_target = app
+        .view
+        .models
+        .target
+        .as_ref()
+        .is_some_and(|(t, _)| t.path.file_name().is_some_and(|n| n == models::DEFAULT_TARGET_FILE));
     let Some((independent, feature)) = app.shipped_drafts.clone() else { return };
     if !default_target || app.view.models.loading {
         return;

@@ -130,7 +130,8 @@ fn stats_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
     };
     let t = target.stats.as_ref();
     let m = mentored.stats.as_ref();
-    let tok_s = |s: Option<&crate::generate::Stats>| s.map(|s| if s.e2e_s > 0.0 { s.n_tokens as f64 / s.e2e_s } else { 0.0 });
+    let tok_s =
+        |s: Option<&crate::generate::Stats>| s.map(|s| if s.e2e_s > 0.0 { s.n_tokens as f64 / s.e2e_s } else { 0.0 });
     let speedup = match (t, m) {
         (Some(t), Some(m)) if m.e2e_s > 0.0 => Some(t.e2e_s / m.e2e_s),
         _ => None,
@@ -175,24 +176,33 @@ fn plots_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
     // The wheel scrolls the page, not the plots: over a plot it panned the live data out of view.
     ui.columns(3, |cols| {
         cols[0].label("Tokens generated vs seconds");
-        Plot::new("progress").height(h).allow_scroll(false).legend(Legend::default()).x_axis_label("s").show(&mut cols[0], |p| {
-            p.line(Line::new("target only", PlotPoints::new(progress(target))));
-            p.line(Line::new("mentored", PlotPoints::new(progress(mentored))));
-        });
+        Plot::new("progress").height(h).allow_scroll(false).legend(Legend::default()).x_axis_label("s").show(
+            &mut cols[0],
+            |p| {
+                p.line(Line::new("target only", PlotPoints::new(progress(target))));
+                p.line(Line::new("mentored", PlotPoints::new(progress(mentored))));
+            },
+        );
         cols[1].label(format!("Tokens / s (last {RATE_WINDOW_S} s)"));
-        Plot::new("rate").height(h).allow_scroll(false).legend(Legend::default()).x_axis_label("s").show(&mut cols[1], |p| {
-            p.line(Line::new("target only", PlotPoints::new(target.rolling_tok_s(RATE_WINDOW_S))));
-            p.line(Line::new("mentored", PlotPoints::new(mentored.rolling_tok_s(RATE_WINDOW_S))));
-        });
+        Plot::new("rate").height(h).allow_scroll(false).legend(Legend::default()).x_axis_label("s").show(
+            &mut cols[1],
+            |p| {
+                p.line(Line::new("target only", PlotPoints::new(target.rolling_tok_s(RATE_WINDOW_S))));
+                p.line(Line::new("mentored", PlotPoints::new(mentored.rolling_tok_s(RATE_WINDOW_S))));
+            },
+        );
         cols[2].label("Accepted / drafted per round");
-        Plot::new("acceptance").height(h).allow_scroll(false).x_axis_label("round").include_y(0.0).include_y(1.0).show(&mut cols[2], |p| {
-            let bars: Vec<Bar> = mentored
-                .rounds
-                .iter()
-                .filter(|(r, _)| r.n_proposed > 0)
-                .map(|(r, _)| Bar::new(r.index as f64, r.n_accepted as f64 / r.n_proposed as f64).width(0.8))
-                .collect();
-            p.bar_chart(BarChart::new("acceptance", bars));
-        });
+        Plot::new("acceptance").height(h).allow_scroll(false).x_axis_label("round").include_y(0.0).include_y(1.0).show(
+            &mut cols[2],
+            |p| {
+                let bars: Vec<Bar> = mentored
+                    .rounds
+                    .iter()
+                    .filter(|(r, _)| r.n_proposed > 0)
+                    .map(|(r, _)| Bar::new(r.index as f64, r.n_accepted as f64 / r.n_proposed as f64).width(0.8))
+                    .collect();
+                p.bar_chart(BarChart::new("acceptance", bars));
+            },
+        );
     });
 }

@@ -222,7 +222,9 @@ impl ViewState {
                 }
                 return Some((pane, stats));
             }
-            EngineEvent::SweepPoint { run_id, label, budget, draft_len, stats } if self.sweep.run_id == Some(run_id) => {
+            EngineEvent::SweepPoint { run_id, label, budget, draft_len, stats }
+                if self.sweep.run_id == Some(run_id) =>
+            {
                 self.sweep.points.push(SweepPoint { label, budget, draft_len, stats });
             }
             EngineEvent::SweepProgress { run_id, done, total } if self.sweep.run_id == Some(run_id) => {

@@ -139,12 +139,26 @@ fn request_tile_state() -> bool {
 impl AmxTiles {
     /// From GGML Q4 bytes (`block_bytes` 20 for Q4_1, 18 for Q4_0: the 16 quant bytes last) and
     /// the blocks' d and m; `None` where AMX is not available or there is no whole group.
-    pub(super) fn from_q4_ggml(bytes: &[u8], n_out: usize, n_in: usize, block_bytes: usize, d: &[f32], m: &[f32]) -> Option<AmxTiles> {
+    pub(super) fn from_q4_ggml(
+        bytes: &[u8],
+        n_out: usize,
+        n_in: usize,
+        block_bytes: usize,
+        d: &[f32],
+        m: &[f32],
+    ) -> Option<AmxTiles> {
         let (groups, nb) = (n_out / TILE_OUTS, n_in / BLOCK);
         if !available() || groups == 0 || nb == 0 {
             return None;
         }
-        let mut out = AmxTiles { groups, signed: false, weights: vec![0; groups * nb * PACKED_BYTES], d: Vec::new(), m: Vec::new(), lanes: lanes(nb) };
+        let mut out = AmxTiles {
+            groups,
+            signed: false,
+            weights: vec![0; groups * nb * PACKED_BYTES],
+            d: Vec::new(),
+            m: Vec::new(),
+            lanes: lanes(nb),
+        };
         for (gb, dst) in out.weights.chunks_exact_mut(PACKED_BYTES).enumerate() {
             let (g, b) = (gb / nb, gb % nb);
             for (p, byte) in dst.iter_mut().enumerate() {
@@ -169,12 +183,24 @@ impl AmxTiles {
     }
 
     /// From Q8_0 block scales `(n_out, n_in / 32)` and each output's weights in plain order.
-    pub(super) fn from_q8(n_out: usize, n_in: usize, scales: &[f32], plain_row: impl Fn(usize) -> Vec<i8>) -> Option<AmxTiles> {
+    pub(super) fn from_q8(
+        n_out: usize,
+        n_in: usize,
+        scales: &[f32],
+        plain_row: impl Fn(usize) -> Vec<i8>,
+    ) -> Option<AmxTiles> {
         let (groups, nb) = (n_out / TILE_OUTS, n_in / BLOCK);
         if !available() || groups == 0 || nb == 0 {
             return None;
         }
-        let mut out = AmxTiles { groups, signed: true, weights: vec![0; groups * nb * TILE_BYTES], d: Vec::new(), m: Vec::new(), lanes: lanes(nb) };
+        let mut out = AmxTiles {
+            groups,
+            signed: true,
+            weights: vec![0; groups * nb * TILE_BYTES],
+            d: Vec::new(),
+            m: Vec::new(),
+            lanes: lanes(nb),
+        };
         for g in 0..groups {
             let rows: Vec<Vec<i8>> = (0..TILE_OUTS).map(|n| plain_row(g * TILE_OUTS + n)).collect();
             for b in 0..nb {
@@ -193,7 +219,12 @@ impl AmxTiles {
     /// only (so that the groups follow each other as the outputs do).
     pub(super) fn stack(parts: &[Option<&AmxTiles>], n_outs: &[usize]) -> Option<AmxTiles> {
         let parts: Vec<&AmxTiles> = parts.iter().copied().collect::<Option<_>>()?;
-        if parts.is_empty() || n_outs.iter().zip(&parts).any(|(&n, p)| n != p.groups * TILE_OUTS || p.lanes != parts[0].lanes || p.signed != parts[0].signed) {
+        if parts.is_empty()
+            || n_outs
+                .iter()
+                .zip(&parts)
+                .any(|(&n, p)| n != p.groups * TILE_OUTS || p.lanes != parts[0].lanes || p.signed != parts[0].signed)
+        {
             return None;
         }
         Some(AmxTiles {
@@ -213,7 +244,14 @@ impl AmxTiles {
     /// Safety: [`available`] is true (AVX-512 F and BW with it); `y` holds `xq.n_rows · n_out`
     /// floats, and nothing else writes these outputs' columns meanwhile.
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
-    pub(super) unsafe fn rows(&self, n_in: usize, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32, n_out: usize) -> usize {
+    pub(super) unsafe fn rows(
+        &self,
+        n_in: usize,
+        outs: std::ops::Range<usize>,
+        xq: &Q8Rows,
+        y: *mut f32,
+        n_out: usize,
+    ) -> usize {
         if self.signed {
             self.rows_of::<true>(n_in, outs, xq, y, n_out)
         } else {
@@ -223,7 +261,14 @@ impl AmxTiles {
 
     /// [`AmxTiles::rows`] for Q8_0 (`SIGNED`) or 4-bit weights.
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
-    unsafe fn rows_of<const SIGNED: bool>(&self, n_in: usize, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32, n_out: usize) -> usize {
+    unsafe fn rows_of<const SIGNED: bool>(
+        &self,
+        n_in: usize,
+        outs: std::ops::Range<usize>,
+        xq: &Q8Rows,
+        y: *mut f32,
+        n_out: usize,
+    ) -> usize {
         if !outs.start.is_multiple_of(TILE_OUTS) {
             return 0;
         }
@@ -275,7 +320,16 @@ impl AmxTiles {
     /// (see [`Q8Rows::tile_pairs`]).
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn group<const SIGNED: bool, const PAIR: bool>(&self, at: Step, xq: &Q8Rows, ring: *mut u8, sums: &mut Sums, acc: &mut Accumulators, y: *mut f32, n_out: usize) {
+    unsafe fn group<const SIGNED: bool, const PAIR: bool>(
+        &self,
+        at: Step,
+        xq: &Q8Rows,
+        ring: *mut u8,
+        sums: &mut Sums,
+        acc: &mut Accumulators,
+        y: *mut f32,
+        n_out: usize,
+    ) {
         let Step { g, first, steps, base, r0, rows, nb } = at;
         let n_in = nb * BLOCK;
         let span = if PAIR { 2 } else { 1 };
@@ -283,7 +337,8 @@ impl AmxTiles {
             *a = [_mm512_setzero_ps(); 8];
         }
         // The activation tile of step i: rows of one block, or a pair's 2 · rows rows of 64 bytes.
-        let (x, x_stride) = if PAIR { (xq.tile_pairs.as_ptr(), 2 * BLOCK) } else { (xq.quants.as_ptr().add(r0 * n_in), n_in) };
+        let (x, x_stride) =
+            if PAIR { (xq.tile_pairs.as_ptr(), 2 * BLOCK) } else { (xq.quants.as_ptr().add(r0 * n_in), n_in) };
         let x_step = if PAIR { 2 * rows * 2 * BLOCK } else { BLOCK };
         // Step i multiplies its blocks, stores step i − 1's sums and scales step i − 2's: a tile
         // store waits for its multiply, so it comes one multiply later, and the sums are read one
@@ -292,7 +347,11 @@ impl AmxTiles {
         for i in 0..n + 2 {
             if i < n {
                 let b = span * i;
-                let tile = if SIGNED { self.weights.as_ptr().add((g * nb + b) * TILE_BYTES) } else { ring.add((first + b) % RING * TILE_BYTES) as *const u8 };
+                let tile = if SIGNED {
+                    self.weights.as_ptr().add((g * nb + b) * TILE_BYTES)
+                } else {
+                    ring.add((first + b) % RING * TILE_BYTES) as *const u8
+                };
                 match (SIGNED, i % 2) {
                     (true, 0) => tile_mul!("tdpbssd", "0", "2", "4", x.add(i * x_step), x_stride, tile),
                     (true, _) => tile_mul!("tdpbssd", "1", "3", "5", x.add(i * x_step), x_stride, tile),
@@ -333,7 +392,17 @@ impl AmxTiles {
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn scale<const SIGNED: bool>(&self, g: usize, b: usize, nb: usize, r0: usize, rows: usize, sums: *const i32, xq: &Q8Rows, acc: &mut Accumulators) {
+    unsafe fn scale<const SIGNED: bool>(
+        &self,
+        g: usize,
+        b: usize,
+        nb: usize,
+        r0: usize,
+        rows: usize,
+        sums: *const i32,
+        xq: &Q8Rows,
+        acc: &mut Accumulators,
+    ) {
         let at = (g * nb + b) * TILE_OUTS;
         let d = _mm512_loadu_ps(self.d.as_ptr().add(at));
         let lane = self.lanes[b] as usize;
@@ -436,8 +505,6 @@ unsafe fn configure(rows: usize, pairs: bool) {
     // SAFETY: reads the 64-byte configuration.
     asm!("ldtilecfg [{}]", in(reg) &c as *const Config, options(nostack, readonly));
 }
-
-
 
 /// One block's 256 stored bytes into the 512 bytes of its weight tile (low nibbles, then high).
 #[target_feature(enable = "avx512f,avx512bw")]

@@ -64,7 +64,9 @@ pub fn native_and_tensor_rows(m: &mut LoadedModel, ids: &[u32]) -> (Vec<Vec<f32>
 /// Largest |difference| per row, and how many rows pick the same arg-max.
 pub fn compare_rows(a: &[Vec<f32>], b: &[Vec<f32>]) -> (Vec<f32>, usize) {
     assert_eq!(a.len(), b.len());
-    let diffs: Vec<f32> = a.iter().zip(b).map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max)).collect();
-    let agree = a.iter().zip(b).filter(|(x, y)| mentor_lab::sampling::argmax(x) == mentor_lab::sampling::argmax(y)).count();
+    let diffs: Vec<f32> =
+        a.iter().zip(b).map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max)).collect();
+    let agree =
+        a.iter().zip(b).filter(|(x, y)| mentor_lab::sampling::argmax(x) == mentor_lab::sampling::argmax(y)).count();
     (diffs, agree)
 }

@@ -22,7 +22,18 @@ pub struct Spec {
 
 impl Default for Spec {
     fn default() -> Self {
-        Spec { arch: "qwen2", n_embd: 64, n_head: 4, n_kv_head: 2, n_ff: 128, n_layer: 2, n_ctx: 256, biases: true, dtype: GgmlDType::F32, extra: Vec::new() }
+        Spec {
+            arch: "qwen2",
+            n_embd: 64,
+            n_head: 4,
+            n_kv_head: 2,
+            n_ff: 128,
+            n_layer: 2,
+            n_ctx: 256,
+            biases: true,
+            dtype: GgmlDType::F32,
+            extra: Vec::new(),
+        }
     }
 }
 
@@ -80,7 +91,11 @@ pub fn write(path: &Path, spec: &Spec) {
         add(format!("{p}.attn_output.weight"), rand_tensor(&[spec.n_embd, spec.n_head * hd], w), true);
         add(format!("{p}.ffn_gate.weight"), rand_tensor(&[spec.n_ff, spec.n_embd], w), true);
         add(format!("{p}.ffn_up.weight"), rand_tensor(&[spec.n_ff, spec.n_embd], w), true);
-        add(format!("{p}.ffn_down.weight"), rand_tensor(&[spec.n_embd, spec.n_ff], 1.0 / (spec.n_ff as f64).sqrt()), true);
+        add(
+            format!("{p}.ffn_down.weight"),
+            rand_tensor(&[spec.n_embd, spec.n_ff], 1.0 / (spec.n_ff as f64).sqrt()),
+            true,
+        );
         if spec.biases {
             add(format!("{p}.attn_q.bias"), rand_tensor(&[spec.n_head * hd], 0.1), false);
             add(format!("{p}.attn_k.bias"), rand_tensor(&[spec.n_kv_head * hd], 0.1), false);
