@@ -1,10 +1,14 @@
 """Distil a small Llama draft from SmolLM2-135M-Instruct (GGUF teacher) on one GPU, in one run.
 
-Stages (wall-clock budgeted, see --end_by): load teacher from GGUF -> sanity check (greedy "Paris",
-KV-cache == recompute) -> teacher generates continuations of the training prompts -> student
-(PCA-initialised embedding) trained on KL(p_teacher || q_student) over full next-token distributions,
-teacher run online -> held-out eval (1-TV at T=0.7, greedy agreement) -> export fp16 weights (split
-into < 16 MiB files) + reference logits for the local GGUF check.
+usage: python3 train/distill.py --teacher TARGET.gguf --out RUN_DIR [--gen_batches N] [--steps N] ...
+(run from the repository root; train/README.md has the commands that made the shipped draft)
+
+Stages: load the teacher from its GGUF -> sanity check (greedy "Paris", KV-cache decoding ==
+recomputation) -> the teacher samples --gen_batches batches of --gen_batch continuations of the
+training prompts -> the student (PCA-initialised embedding, or --init_from / --init_gguf) trains
+--steps steps on KL(p_teacher || q_student) + TV over full next-token distributions, teacher run
+online -> held-out eval (1 - TV at T = 0.7, greedy agreement) -> fp16 weights (files under 16 MiB)
+and reference logits for export_gguf.py's check, results.json, token_counts.npy.
 """
 import argparse, json, math, os, sys, time
 
@@ -118,7 +122,7 @@ class Llama(nn.Module):
 
 # ------------------------------------------------------------------------------------ generation
 @torch.no_grad()
-def generate(model, prompts, max_new, temperature, gen=None, amp=True, deadline=None):
+def generate(model, prompts, max_new, temperature, gen=None, amp=True):
     """Batched sampling with a KV cache over left-padded prompts. Returns list of token lists
     (each up to and including the first <|im_end|>)."""
     dev = model.inv_freq.device
@@ -155,7 +159,7 @@ def generate(model, prompts, max_new, temperature, gen=None, amp=True, deadline=
             out[:, t] = nxt
             n = t + 1
             done |= nxt == EOS
-            if t == max_new - 1 or (t % 16 == 15 and bool(done.all())) or (deadline and time.time() > deadline):
+            if t == max_new - 1 or (t % 16 == 15 and bool(done.all())):
                 break
             cp = P + t
             pos = (cp - pad).clamp(min=0)[:, None]
@@ -238,11 +242,11 @@ def prompt_probs(train_prompts, cats, cat_weight):
 
 
 def teacher_data(teacher, inp, args, gen, vocab, results):
-    """Teacher continuations of the training prompts (and of prompts it writes itself), sampled until
-    args.gen_until; returns (data, wdata, nchunk): token windows [nchunk, seq] on the GPU and their loss
-    weights (1 where the position predicts a response token)."""
+    """Teacher continuations of the training prompts (and of prompts it writes itself), args.gen_batches
+    batches of args.gen_batch; returns (data, wdata, nchunk): token windows [nchunk, seq] on the GPU and
+    their loss weights (1 where the position predicts a response token)."""
     dev = teacher.inv_freq.device
-    # ---- training data: teacher continuations of the training prompts, until gen_until
+    # ---- training data: teacher continuations of the training prompts
     train_prompts = inp["train"]
     rng = np.random.default_rng(args.seed)
     if args.gen_seed:
@@ -252,14 +256,14 @@ def teacher_data(teacher, inp, args, gen, vocab, results):
     listed_p = prompt_probs(train_prompts, inp["cats"], args.cat_weight)
     docs, ntok, nb, n_self = [], 0, 0, 0
     self_examples = []
-    while nb == 0 or time.time() - T0 < args.gen_until:
+    while nb < args.gen_batches:
         temp = temps[nb % len(temps)]
         tb, kind, ps = time.time(), "listed", []
         if rng.random() < args.self_prompts:
             # the teacher writes the user turn itself (after a random opener), at T=1 for variety
             heads = [inp["self_head"] + inp["self_openers"][i]
                      for i in rng.integers(0, len(inp["self_openers"]), size=args.gen_batch)]
-            turns = generate(teacher, heads, 48, 1.0, gen, deadline=T0 + args.gen_until)
+            turns = generate(teacher, heads, 48, 1.0, gen)
             ps = [h + t[:-1] + inp["self_tail"] for h, t in zip(heads, turns) if len(t) >= 4 and t[-1] == EOS]
             n_self += len(ps)
             if len(self_examples) < 24:
@@ -270,7 +274,7 @@ def teacher_data(teacher, inp, args, gen, vocab, results):
                              p=listed_p)
             ps = [train_prompts[i][1] for i in idx]
             kind = "listed"
-        rs = generate(teacher, ps, args.max_new, temp, gen, deadline=T0 + args.gen_until)
+        rs = generate(teacher, ps, args.max_new, temp, gen)
         for p, r in zip(ps, rs):
             resp = r + ([inp["newline_id"][0]] if r and r[-1] == EOS else [])
             docs.append((p, resp)); ntok += len(p) + len(resp)
@@ -305,18 +309,20 @@ def teacher_data(teacher, inp, args, gen, vocab, results):
     return data, wdata, nchunk
 
 
-def run_args(gen_batch, lr, warmup):
-    """An argument parser with what every run here takes: inputs and budgets, the teacher's data,
+def run_args(lr, warmup, steps):
+    """An argument parser with what every run here takes: inputs and sizes, the teacher's data,
     optimisation, and the loss (KL + TV); each script adds its model's own."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--teacher", default="/tmp/teacher.gguf")
-    ap.add_argument("--inputs", default="train/build/inputs.json")
-    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
-    ap.add_argument("--smoke", action="store_true", help="random 2-layer teacher, tiny sizes: code-path test")
+    ap.add_argument("--teacher", help="the target GGUF (SmolLM2-135M-Instruct.Q4_1.gguf); not needed with --smoke")
+    ap.add_argument("--inputs", default="train/build/inputs.json", help="make_inputs.py's output")
+    ap.add_argument("--out", required=True, help="folder for this run's weights, logs and results")
+    ap.add_argument("--smoke", action="store_true",
+                    help="random 2-layer teacher, tiny sizes: a test of every code path in about 30 s")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--end_by", type=float, default=540, help="seconds after start by which everything is done")
-    ap.add_argument("--gen_until", type=float, default=150, help="stop generating at this many seconds")
-    ap.add_argument("--gen_batch", type=int, default=gen_batch)
+    ap.add_argument("--gen_batches", type=int, default=8,
+                    help="batches of teacher continuations to generate (each --gen_batch prompts)")
+    ap.add_argument("--gen_batch", type=int, default=2048, help="prompts per generation batch")
+    ap.add_argument("--steps", type=int, default=steps, help="optimizer steps (of --batch windows of --seq tokens)")
     ap.add_argument("--max_new", type=int, default=256)
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=16)
@@ -338,10 +344,10 @@ def run_args(gen_batch, lr, warmup):
     return ap
 
 
-def set_lr(opt, args, step, est_steps):
-    """Linear warmup over args.warmup steps, then cosine down to 10% of args.lr at est_steps."""
-    lr = args.lr * min(1.0, (step + 1) / args.warmup)
-    lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(est_steps, 1))))
+def set_lr(opt, args, step):
+    """Linear warmup over args.warmup steps, then cosine down to 10% of args.lr at args.steps."""
+    lr = args.lr * min(1.0, (step + 1) / max(args.warmup, 1))
+    lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(args.steps, 1))))
     for gp in opt.param_groups:
         gp["lr"] = lr
     return lr
@@ -380,8 +386,11 @@ def load_teacher(args, dev):
         for n_, p_ in teacher.named_parameters():
             if p_.dim() == 2:
                 nn.init.normal_(p_, std=0.05 if "token_embd" in n_ else 0.02)
-        args.gen_until, args.gen_batch, args.max_new, args.seq, args.batch = 10, 64, 24, 256, 4
+        args.gen_batches, args.gen_batch, args.max_new, args.seq, args.batch = 2, 64, 24, 256, 4
+        args.steps = min(args.steps, 6)
     else:
+        if not args.teacher:
+            raise SystemExit("--teacher TARGET.gguf is needed (or --smoke)")
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from gguf_io import load_weights
         tcfg, w = load_weights(args.teacher)
@@ -395,7 +404,7 @@ def load_teacher(args, dev):
 
 
 def save_f16(state, out, prefix, meta):
-    """Tensors as fp16 in files of 14 MiB (<prefix>_w<i>.f16: a device call returns files < 16 MiB)
+    """Tensors as fp16 in files of 14 MiB (<prefix>_w<i>.f16, small enough to move and keep anywhere)
     plus <prefix>_index.json (meta, then name/shape/offset of each). Returns {name: fp16 array}."""
     st = {k: v.detach().to(torch.float16).cpu().numpy() for k, v in state.items()}
     index, flat, off = [], [], 0
@@ -422,18 +431,17 @@ def load_f16(folder, prefix):
 
 # ---------------------------------------------------------------------------------------- main
 def main():
-    ap = run_args(gen_batch=1024, lr=2e-3, warmup=150)
-    ap.add_argument("--d", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv", type=int, default=2)
-    ap.add_argument("--ffn", type=int, default=768)
+    ap = run_args(lr=2e-3, warmup=150, steps=1500)
+    ap.add_argument("--d", type=int, default=192, help="student width (the shipped draft: 192)")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=3)
+    ap.add_argument("--kv", type=int, default=3)
+    ap.add_argument("--ffn", type=int, default=640)
     ap.add_argument("--init_from", default=None,
                     help="dir with student_index.json + student_w*.f16 to continue from; if --layers is larger "
                          "than the loaded model's, new layers are inserted evenly with zero output projections "
                          "(the grown model computes exactly what the loaded one did)")
     ap.add_argument("--init_gguf", default=None, help="a draft GGUF (export_gguf.py's) to continue from")
-    ap.add_argument("--est_steps", type=int, default=3000, help="cosine horizon; re-estimated from measured speed")
     args = ap.parse_args()
     dev = "cuda"
     inp, results, save_results = start_run(args)
@@ -511,21 +519,10 @@ def main():
     nodecay = [p for p in student.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": nodecay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    train_until = args.end_by - (25 if args.smoke else 70)
-    est_steps = args.est_steps
     step, t_train0, losses = 0, time.time(), []
     stream = batches(data, wdata, nchunk, args.batch, dev)
-    while True:
-        el = time.time() - T0
-        if el > train_until or (args.smoke and step >= 6):
-            break
-        if step == 30:  # re-estimate the cosine horizon from measured speed
-            per = (time.time() - t_s30) / 20
-            est_steps = max(step + 1, int(step + (train_until - el) / per))
-            log(f"{per * 1000:.0f} ms/step -> horizon {est_steps} steps")
-        if step == 10:
-            t_s30 = time.time()
-        lr = set_lr(opt, args, step, est_steps)
+    while step < args.steps:
+        lr = set_lr(opt, args, step)
         x, wx = next(stream)
         sel = wx > 0
         wsel = wx[sel]

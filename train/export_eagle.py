@@ -1,5 +1,5 @@
 """Write the feature draft (eagle.py) as a GGUF Mentor Lab loads as a draft, then verify it against
-the device's reference logits with a numpy forward.
+the training run's reference logits with a numpy forward.
 
 usage: python3 export_eagle.py TARGET.gguf RUN_DIR OUT.gguf COUNTS.npy N [--own-embedding] [--fixture F.json]
 --fixture writes what Mentor Lab's test `feature_draft_matches_the_numpy_reference` checks: the

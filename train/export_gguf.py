@@ -1,5 +1,5 @@
 """Write the trained draft as a llama.cpp GGUF (Q8_0 matrices, F32 norms) with the target's tokenizer
-metadata copied verbatim, then verify it: read back, numpy forward vs the device's reference logits.
+metadata copied verbatim, then verify it: read back, numpy forward vs the training run's reference logits.
 
 usage: python3 export_gguf.py TARGET.gguf RUN_DIR OUT.gguf [COUNTS.npy N]
 RUN_DIR holds student_index.json, student_w*.f16, ref_logits.npz, results.json from distill.py.

@@ -65,7 +65,7 @@ CODE_EXTRA = [
     "Explain how a for loop works in Python.", "What are Python decorators?",
 ]
 
-# Prompts that paste code and ask for work on it (session 18): review, refactor, explain, fix, port.
+# Prompts that paste code and ask for work on it: review, refactor, explain, fix, port.
 # None of these snippets is the `code` bench preset's function (src/presets.rs).
 SNIPPET_T = [
     "Refactor this {lang} code to be clearer, and explain your changes:\n\n{c}",
