@@ -1,6 +1,10 @@
 """Deterministic prompt sets for draft distillation: templates x topics, 4 categories.
-Writes build/prompts_train.jsonl and ../assets/prompts/eval.jsonl (held-out, different topics)."""
-import json, os, random
+Writes build/prompts_train.jsonl and ../assets/prompts/eval.jsonl (held-out, different topics).
+
+usage: python3 train/prompts.py [--no-snippets]
+--no-snippets writes the 3,286-prompt set without the pasted-code prompts (the set of the first
+independent-draft runs and of the feature draft)."""
+import json, os, random, sys
 
 SEED = 1234
 
@@ -231,7 +235,9 @@ EVAL = {
 }
 
 
-def build_train():
+def build_train(snippets=True):
+    """The training prompts, shuffled. snippets=False leaves out the 360 pasted-code prompts: the
+    3,286-prompt set the first independent-draft runs and the feature draft were trained on."""
     rng = random.Random(SEED)
     out = []
     for t in CREATIVE_T:
@@ -241,7 +247,8 @@ def build_train():
         for x in CODE_TOPICS:
             out.append(("code", t.format(t=x)))
     out += [("code", p) for p in CODE_EXTRA]
-    out += [("code", t.format(lang=lang, c=c)) for t in SNIPPET_T for lang, c in SNIPPETS]
+    if snippets:
+        out += [("code", t.format(lang=lang, c=c)) for t in SNIPPET_T for lang, c in SNIPPETS]
     for t in QA_T:
         for x in QA_TOPICS:
             out.append(("qa", t.format(t=x)))
@@ -262,7 +269,7 @@ def build_train():
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
     os.makedirs(os.path.join(here, "build"), exist_ok=True)
-    tr = build_train()
+    tr = build_train(snippets="--no-snippets" not in sys.argv[1:])
     with open(os.path.join(here, "build", "prompts_train.jsonl"), "w") as f:
         for c, p in tr:
             f.write(json.dumps({"category": c, "prompt": p}) + "\n")
