@@ -6,7 +6,7 @@ use crate::ModelArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use mentor_lab::presets::preset;
-use mentor_lab::{DraftLen, Engine, GenerateRequest, MentorRule, Mode, SamplingParams};
+use mentor_lab::{Coupling, DraftLen, Engine, GenerateRequest, MentorRule, Mode, SamplingParams};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -36,6 +36,10 @@ pub struct BenchArgs {
     /// Write every raw measurement to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// The coupling of configurations that do not name one (`,sameseed` / `,maxaccept`):
+    /// same-seed, max-acceptance, or both (each speculative configuration runs with each).
+    #[arg(long, default_value = "same-seed")]
+    coupling: String,
 }
 
 fn default_configs() -> Vec<String> {
@@ -71,6 +75,8 @@ pub struct BenchConfig {
     /// Whether this configuration drafts with the shipped feature draft instead of the loaded
     /// draft (`,feature`: both compared in one process).
     pub feature: bool,
+    /// The coupling this configuration names, if any (`,sameseed`, `,maxaccept`).
+    pub coupling: Option<Coupling>,
 }
 
 pub fn parse_config(s: &str) -> Result<BenchConfig> {
@@ -85,6 +91,7 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
         copy_tail: true,
         tiles: true,
         feature: false,
+        coupling: None,
     };
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) = part.split_once('=').unwrap_or((part, ""));
@@ -102,7 +109,9 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
             "notail" => c.copy_tail = false,
             "noamx" => c.tiles = false,
             "feature" => c.feature = true,
-            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tv=D, kl=D, nobonus, nolookup, notail, noamx, feature"),
+            "sameseed" | "same-seed" => c.coupling = Some(Coupling::SameSeed),
+            "maxaccept" | "max-acceptance" => c.coupling = Some(Coupling::MaxAcceptance),
+            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tv=D, kl=D, nobonus, nolookup, notail, noamx, feature, sameseed, maxaccept"),
         }
     }
     Ok(c)
@@ -111,6 +120,8 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
 #[derive(Serialize)]
 struct Measurement {
     config: String,
+    /// The coupling the run drew its tokens with (same-seed or max-acceptance).
+    coupling: &'static str,
     repeat: usize,
     seed: u64,
     n_tokens: usize,
@@ -159,9 +170,34 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
+/// Give every configuration its coupling: the one it names, else `--coupling`'s; with `both`, a
+/// speculative configuration that names none runs once with each (labels `…,sameseed`,
+/// `…,maxaccept`), and target-only and draft-only use the same-seed draws.
+pub fn with_couplings(configs: Vec<BenchConfig>, coupling: &str) -> Result<Vec<BenchConfig>> {
+    let both = coupling.eq_ignore_ascii_case("both");
+    let default = match both {
+        true => Coupling::SameSeed,
+        false => coupling.parse::<Coupling>().map_err(|e| anyhow::anyhow!("--coupling: {e} (or both)"))?,
+    };
+    let mut out = Vec::new();
+    for c in configs {
+        match c.coupling {
+            None if both && c.mode == Mode::Speculative => {
+                for (suffix, k) in [("sameseed", Coupling::SameSeed), ("maxaccept", Coupling::MaxAcceptance)] {
+                    out.push(BenchConfig { label: format!("{},{suffix}", c.label), coupling: Some(k), ..c.clone() });
+                }
+            }
+            None => out.push(BenchConfig { coupling: Some(default), ..c }),
+            Some(_) => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
 pub fn run(args: BenchArgs) -> Result<()> {
     let configs: Vec<BenchConfig> =
         args.configs.iter().flat_map(|c| c.split_whitespace()).map(parse_config).collect::<Result<_>>()?;
+    let configs = with_couplings(configs, &args.coupling)?;
     let prompt = preset(&args.prompt).map(|p| p.prompt.to_string()).unwrap_or_else(|| args.prompt.clone());
     let need_draft = configs.iter().any(|c| c.mode != Mode::Target);
     let mut engine = crate::load_engine(&args.models, need_draft)?;
@@ -212,6 +248,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         bonus: c.bonus,
         lookup: c.lookup,
         copy_tail: c.copy_tail,
+        coupling: c.coupling.unwrap_or_default(),
         ..base.clone()
     };
     eprint!("warm-up:");
@@ -238,6 +275,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 eprint!(" {} {:.2}s", c.label, st.e2e_s);
                 all.push(Measurement {
                     config: c.label.clone(),
+                    coupling: g.coupling.name(),
                     repeat,
                     seed,
                     n_tokens: st.n_tokens,
@@ -276,8 +314,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let q = |p| quantile(ratios.clone(), p);
         Some((q(0.5), q(0.25), q(0.75))).filter(|s| s.0.is_finite())
     };
-    println!("| config | acceptance | copied: share of drafted (accepted) | avg rounds/request | median e2e (s) | tok/s | speedup vs target-only (median of paired ratios; quartiles) | mean target NLL | draft s | verify s |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| config | coupling | acceptance | copied: share of drafted (accepted) | avg rounds/request | median e2e (s) | tok/s | speedup vs target-only (median of paired ratios; quartiles) | mean target NLL | draft s | verify s |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for c in &configs {
         let ms: Vec<&Measurement> = all.iter().filter(|m| m.config == c.label).collect();
         let e2e = median(ms.iter().map(|m| m.e2e_s).collect());
@@ -287,8 +325,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let copied: usize = ms.iter().map(|m| m.n_copied).sum();
         let copied_accepted: usize = ms.iter().map(|m| m.n_copied_accepted).sum();
         println!(
-            "| {} | {} | {} | {} | {:.2} | {:.1} | {} | {:.3} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.2} | {:.1} | {} | {:.3} | {} | {} |",
             c.label,
+            c.coupling.unwrap_or_default(),
             if spec && drafted > 0 { format!("{:.1}%", 100.0 * accepted as f64 / drafted as f64) } else { "-".into() },
             if copied > 0 {
                 format!(
@@ -391,6 +430,27 @@ pub fn cost(args: CostArgs) -> Result<()> {
     }
     let base = median(times[0].clone());
     println!("decode (k = 1): {:.1} tok/s", 1.0 / base);
+    // The same-seed coupling's per-position work: the noise over the whole vocabulary (once per
+    // position) and one race over a distribution (per distribution drawn at that position).
+    let n_vocab = m.tokenizer.vocab_size().min(m.model.config.n_vocab);
+    let dist = vec![1.0 / n_vocab as f32; n_vocab];
+    let mut w = Vec::new();
+    let mut pos = 0u64;
+    let noise = time(&mut || {
+        pos += 1;
+        mentor_lab::sampling::race_weights(7, pos, n_vocab, &mut w);
+        Ok(())
+    })?;
+    let race = time(&mut || {
+        std::hint::black_box(mentor_lab::sampling::race_argmax(&dist, &w));
+        Ok(())
+    })?;
+    println!(
+        "same-seed coupling over {n_vocab} tokens: noise {:.1} µs per position ({:.2}% of a step), race {:.1} µs per distribution",
+        1e6 * noise,
+        100.0 * noise / base,
+        1e6 * race
+    );
     Ok(())
 }
 
@@ -429,5 +489,24 @@ mod tests {
         let e = parse_config("auto,fast").unwrap_err().to_string();
         assert!(e.contains("unknown part `fast`") && e.contains("noamx"), "{e}");
         assert!(parse_config("fixed=8,tv=much").unwrap_err().to_string().contains("not a number"));
+    }
+
+    #[test]
+    fn both_couplings_double_the_speculative_configs_only() {
+        let parsed = |v: &[&str]| v.iter().map(|s| parse_config(s).unwrap()).collect::<Vec<_>>();
+        let out = with_couplings(parsed(&["target", "fixed=8,tv=0", "auto,tv=0,maxaccept"]), "both").unwrap();
+        let labels: Vec<(&str, Option<Coupling>)> = out.iter().map(|c| (c.label.as_str(), c.coupling)).collect();
+        assert_eq!(
+            labels,
+            vec![
+                ("target", Some(Coupling::SameSeed)),
+                ("fixed=8,tv=0,sameseed", Some(Coupling::SameSeed)),
+                ("fixed=8,tv=0,maxaccept", Some(Coupling::MaxAcceptance)),
+                ("auto,tv=0,maxaccept", Some(Coupling::MaxAcceptance)),
+            ]
+        );
+        let out = with_couplings(parsed(&["fixed=4,tv=1"]), "max-acceptance").unwrap();
+        assert_eq!(out[0].coupling, Some(Coupling::MaxAcceptance));
+        assert!(with_couplings(parsed(&["target"]), "sometimes").unwrap_err().to_string().contains("same-seed"));
     }
 }

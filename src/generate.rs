@@ -4,10 +4,11 @@
 
 use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN};
 use crate::error::{EngineError, Result};
-use crate::mentor::{mix, verify_token, MentorRule};
+use crate::mentor::{mix, verify_same_seed, verify_token, Coupling, MentorRule};
 use crate::model::{LazyLogits, Transformer};
 use crate::sampling::{
-    log_z_t1, nll_at_t1, nll_given_log_z, probabilities, sample_index, uniform, Purpose, SamplingParams,
+    log_z_t1, nll_at_t1, nll_given_log_z, probabilities, race_argmax, sample_index, uniform, Purpose, RaceNoise,
+    SamplingParams,
 };
 use crate::tokenizer::{StreamDecoder, TextTokenizer};
 use serde::{Deserialize, Serialize};
@@ -97,6 +98,10 @@ pub struct GenerateRequest {
     /// drafted tokens led back to a passage of the context (`--no-copy-tail` turns this off: a
     /// round then copies from its start or not at all).
     pub copy_tail: bool,
+    /// How random draws are tied together: the same-seed coupling makes a run's text depend only on
+    /// the seed and the distributions (D = 0 reproduces target-only exactly); max-acceptance
+    /// accepts more drafted tokens.
+    pub coupling: Coupling,
 }
 
 impl Default for GenerateRequest {
@@ -115,6 +120,7 @@ impl Default for GenerateRequest {
             bonus: true,
             lookup: true,
             copy_tail: true,
+            coupling: Coupling::default(),
         }
     }
 }
@@ -231,6 +237,9 @@ pub struct Stats {
 pub struct Generation {
     pub text: String,
     pub mode: Mode,
+    /// The coupling the run drew its tokens with.
+    #[serde(default)]
+    pub coupling: Coupling,
     pub tokens: Vec<TokenInfo>,
     pub rounds: Vec<RoundInfo>,
     pub stats: Stats,
@@ -378,6 +387,7 @@ impl<'a> Run<'a> {
         Generation {
             text: self.text,
             mode,
+            coupling: self.req.coupling,
             tokens: self.tokens,
             rounds: self.rounds,
             stats: self.stats,
@@ -471,6 +481,7 @@ pub fn generate_single(
     let mut run = new_run(req, &model.tokenizer, ids, start, cancel, on_event);
     run.stats.prefill_s = start.elapsed().as_secs_f64();
     (run.on_event)(GenEvent::Prefilled { n_prompt_tokens: run.n_prompt, prefill_s: run.stats.prefill_s });
+    let mut noise = RaceNoise::new(req.seed, n_vocab);
     while !run.done() {
         let last = run.context[run.context.len() - 1];
         let t = Instant::now();
@@ -479,7 +490,8 @@ pub fn generate_single(
         let (p, log_z) =
             beside_log_z(&logits, n_vocab, scored, || probabilities(&logits, &run.context, &req.sampling, n_vocab))?;
         let pos = run.n_emitted() as u64;
-        let x = sample_index(&p, uniform(req.seed, pos, purpose)) as u32;
+        let x = draw(req, &mut noise, &p, pos, purpose);
+        noise.forget_before(pos + 1);
         let mut info = plain_token(x, source);
         let nll = if scored {
             info.p_target = Some(p[x as usize]);
@@ -498,6 +510,15 @@ pub fn generate_single(
         }
     }
     Ok(generation)
+}
+
+/// A token from `dist` at output position `pos`: the race with the position's noise under the
+/// same-seed coupling, inverse-CDF with the keyed uniform for `purpose` under max-acceptance.
+fn draw(req: &GenerateRequest, noise: &mut RaceNoise, dist: &[f32], pos: u64, purpose: Purpose) -> u32 {
+    match req.coupling {
+        Coupling::SameSeed => race_argmax(dist, noise.at(pos)) as u32,
+        Coupling::MaxAcceptance => sample_index(dist, uniform(req.seed, pos, purpose)) as u32,
+    }
 }
 
 /// Fill in p(x) and the target NLL of an already generated text (one batched forward).
@@ -638,6 +659,7 @@ pub fn generate_speculative(
     let auto = req.draft_len == DraftLen::Auto;
     // How many times each output position has been drafted (see `draft_uniform`).
     let mut draft_attempts: Vec<u32> = Vec::new();
+    let mut noise = RaceNoise::new(req.seed, n_vocab);
     while !run.done() {
         let round = run.rounds.len();
         let base = run.context.len();
@@ -714,9 +736,14 @@ pub fn generate_speculative(
                 if draft_attempts.len() <= at {
                     draft_attempts.resize(at + 1, 0);
                 }
-                let u = crate::sampling::draft_uniform(req.seed, at as u64, draft_attempts[at]);
-                draft_attempts[at] += 1;
-                let x = sample_index(&q, u) as u32;
+                let x = match req.coupling {
+                    Coupling::SameSeed => race_argmax(&q, noise.at(at as u64)) as u32,
+                    Coupling::MaxAcceptance => {
+                        let u = crate::sampling::draft_uniform(req.seed, at as u64, draft_attempts[at]);
+                        draft_attempts[at] += 1;
+                        sample_index(&q, u) as u32
+                    }
+                };
                 p_prefix *= policy.accept_estimate(q[x as usize]);
                 survival_sum += p_prefix;
                 drafts.push(x);
@@ -799,13 +826,16 @@ pub fn generate_speculative(
                 let mixed = mix(req.rule, &p, q, budget);
                 (p, mixed)
             })?;
-            let verdict = verify_token(
-                &mixed.pi_mixed,
-                q,
-                x,
-                uniform(req.seed, pos, Purpose::AcceptTest),
-                uniform(req.seed, pos, Purpose::Residual),
-            );
+            let verdict = match req.coupling {
+                Coupling::SameSeed => verify_same_seed(&mixed.pi_mixed, x, noise.at(pos)),
+                Coupling::MaxAcceptance => verify_token(
+                    &mixed.pi_mixed,
+                    q,
+                    x,
+                    uniform(req.seed, pos, Purpose::AcceptTest),
+                    uniform(req.seed, pos, Purpose::Residual),
+                ),
+            };
             if run.tally.proposed_at.len() <= i {
                 run.tally.proposed_at.push(0);
                 run.tally.accepted_at.push(0);
@@ -823,7 +853,10 @@ pub fn generate_speculative(
                 p_target: Some(p[y]),
                 q_draft: Some(q[y]),
                 pi_mixed: Some(mixed.pi_mixed[y]),
-                accept_prob: Some(verdict.accept_prob),
+                accept_prob: match req.coupling {
+                    Coupling::SameSeed => None,
+                    Coupling::MaxAcceptance => Some(verdict.accept_prob),
+                },
                 tv: Some(mixed.tv_pq),
                 theta: Some(mixed.theta),
                 round: Some(round),
@@ -851,7 +884,7 @@ pub fn generate_speculative(
             let logits = verify_row(tmodel, &mut rows, k, &mut verify_s)?;
             let (p, log_z) =
                 beside_log_z(logits, n_vocab, true, || probabilities(logits, &run.context, &req.sampling, n_vocab))?;
-            let x = sample_index(&p, uniform(req.seed, pos, Purpose::TargetSample)) as u32;
+            let x = draw(req, &mut noise, &p, pos, Purpose::TargetSample);
             let source = if k == 0 { TokenSource::Target } else { TokenSource::Bonus };
             let info = TokenInfo { p_target: Some(p[x as usize]), round: Some(round), ..plain_token(x, source) };
             run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, x)))?;
@@ -860,6 +893,7 @@ pub fn generate_speculative(
         // Roll back: both caches keep only positions whose tokens are in the context, minus the
         // last one, which the next round feeds.
         let keep = run.context.len() - 1;
+        noise.forget_before(run.n_emitted() as u64);
         tmodel.truncate(keep);
         match features {
             // The target's features of the positions this round settled (its verify rows up to

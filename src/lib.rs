@@ -32,7 +32,7 @@ pub mod tokenizer;
 pub use engine::{load_model, Engine};
 pub use error::{EngineError, Result};
 pub use generate::{DraftLen, GenEvent, GenerateRequest, Generation, Mode, TokenInfo, TokenSource};
-pub use mentor::MentorRule;
+pub use mentor::{Coupling, MentorRule};
 pub use model::WeightFormat;
 pub use sampling::SamplingParams;
 

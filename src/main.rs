@@ -5,7 +5,9 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use mentor_lab::generate::LoadedModel;
 use mentor_lab::models::{self, FetchProgress};
-use mentor_lab::{DraftLen, Engine, GenEvent, GenerateRequest, MentorRule, Mode, SamplingParams, WeightFormat};
+use mentor_lab::{
+    Coupling, DraftLen, Engine, GenEvent, GenerateRequest, MentorRule, Mode, SamplingParams, WeightFormat,
+};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -148,6 +150,10 @@ struct GenerateArgs {
     /// With --draft-len auto: copy only from a round's start, never after tokens drafted by the model.
     #[arg(long)]
     no_copy_tail: bool,
+    /// same-seed: a position's token depends only on the seed and its distribution, so at D = 0 the
+    /// text equals target-only's; max-acceptance: the classic rule, more drafted tokens accepted.
+    #[arg(long, default_value = "same-seed")]
+    coupling: Coupling,
 }
 
 fn main() -> std::process::ExitCode {
@@ -326,6 +332,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
         bonus: !args.no_bonus,
         lookup: !args.no_lookup,
         copy_tail: !args.no_copy_tail,
+        coupling: args.coupling,
     };
     req.validate()?;
     if req.prompt.trim().is_empty() {
@@ -356,7 +363,8 @@ fn generate(args: GenerateArgs) -> Result<()> {
             s.mean_target_nll,
             if generation.mode == Mode::Speculative {
                 format!(
-                    ", acceptance {:.1}%, τ {:.2}, {} rounds, draft {:.2}s, verify {:.2}s",
+                    ", {} coupling, acceptance {:.1}%, τ {:.2}, {} rounds, draft {:.2}s, verify {:.2}s",
+                    generation.coupling,
                     100.0 * s.acceptance_rate,
                     s.mean_accepted_len,
                     s.n_rounds,

@@ -12,6 +12,49 @@
 
 use serde::{Deserialize, Serialize};
 
+/// How a run's random draws are tied together, named by what each gives the user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Coupling {
+    /// Every mode draws a position's token as argmax(log dist + g) with one Gumbel noise g per
+    /// (seed, position, token) ([`crate::sampling::race_weights`]): a drafted token is accepted
+    /// iff the race over π picks it. The text depends only on the seed and the distributions, so
+    /// at D = 0 it equals target-only token for token; acceptance is at least (1 − d)/(1 + d).
+    #[default]
+    SameSeed,
+    /// The classic rule: accept x ~ q with probability min(1, π(x)/q(x)), else draw from the
+    /// residual. Acceptance 1 − TV(π, q), the most possible, but the text is a different sample
+    /// from target-only's with the same seed.
+    MaxAcceptance,
+}
+
+impl Coupling {
+    /// The name used by the CLI, bench labels, JSON and the app.
+    pub fn name(self) -> &'static str {
+        match self {
+            Coupling::SameSeed => "same-seed",
+            Coupling::MaxAcceptance => "max-acceptance",
+        }
+    }
+}
+
+impl std::fmt::Display for Coupling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Coupling {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().replace('_', "-").as_str() {
+            "same-seed" | "sameseed" | "same" => Ok(Self::SameSeed),
+            "max-acceptance" | "maxaccept" | "max-accept" | "max" => Ok(Self::MaxAcceptance),
+            _ => Err(format!("unknown coupling `{s}`: use same-seed or max-acceptance")),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum MentorRule {
@@ -165,6 +208,16 @@ pub struct Verdict {
     /// The drafted token if accepted, else the residual sample.
     pub token: u32,
     pub accept_prob: f64,
+}
+
+/// The same-seed rule at one position: the emitted token is the race's pick from π with the
+/// position's weights `w` ([`crate::sampling::race_weights`]), and the drafted `x` (the race's pick
+/// from q with the same weights) is accepted iff it is that token. `accept_prob` is the realised
+/// outcome, 1 or 0: this coupling has no per-token acceptance probability in closed form.
+pub fn verify_same_seed(pi_mixed: &[f32], x: u32, w: &[f32]) -> Verdict {
+    let token = crate::sampling::race_argmax(pi_mixed, w) as u32;
+    let accepted = token == x;
+    Verdict { accepted, token, accept_prob: if accepted { 1.0 } else { 0.0 } }
 }
 
 /// The one-step rule: accept `x` with probability min(1, π(x)/q(x)) using `u_accept`; otherwise

@@ -7,9 +7,9 @@ mod synthetic;
 
 use common::{draft_path, load_target, target_path};
 use mentor_lab::generate::LoadedModel;
-use mentor_lab::sampling::{nll_at_t1, probabilities, sample_index, uniform, Purpose};
+use mentor_lab::sampling::{nll_at_t1, probabilities, race_argmax, race_weights, sample_index, uniform, Purpose};
 use mentor_lab::{
-    load_model, DraftLen, Engine, EngineError, GenEvent, GenerateRequest, Mode, SamplingParams, TokenSource,
+    load_model, Coupling, DraftLen, Engine, EngineError, GenEvent, GenerateRequest, Mode, SamplingParams, TokenSource,
     WeightFormat,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,23 +97,65 @@ fn scored_by_target(engine: &mut Engine, g: &mentor_lab::Generation) -> (Vec<u32
 }
 
 /// Under a budget D > 0 the bonus token still follows the target's distribution p (not π): there
-/// is no draft proposal at that position to mix with. Each bonus token must be exactly the
-/// TargetSample draw from p at its position.
+/// is no draft proposal at that position to mix with. Each bonus token must be exactly the draw
+/// from p at its position: the race with the position's noise (same-seed coupling) or the
+/// TargetSample uniform (max-acceptance).
 #[test]
 fn bonus_token_follows_target_distribution() {
     let mut engine = Engine::new(load_target(WeightFormat::F32), Some(the_draft(WeightFormat::F32))).unwrap();
-    let req = request(Mode::Speculative, 0.7, 0.5, DraftLen::Fixed(2), 40);
-    let g = run(&mut engine, &req);
-    let bonus: Vec<_> = g.tokens.iter().filter(|t| t.source == TokenSource::Bonus).collect();
-    assert!(!bonus.is_empty(), "need some fully accepted rounds");
-    let (prompt, context, rows, n_vocab) = scored_by_target(&mut engine, &g);
-    for t in bonus {
-        let at = prompt.len() + t.pos;
-        let p = probabilities(&rows[at - 1], &context[..at], &req.sampling, n_vocab);
-        let expect = sample_index(&p, uniform(req.seed, t.pos as u64, Purpose::TargetSample)) as u32;
-        assert_eq!(t.id, expect, "bonus at {} is not the target's draw", t.pos);
-        assert!((t.p_target.unwrap() - p[t.id as usize]).abs() < 1e-4);
+    for coupling in [Coupling::SameSeed, Coupling::MaxAcceptance] {
+        let req = GenerateRequest { coupling, ..request(Mode::Speculative, 0.7, 0.5, DraftLen::Fixed(2), 40) };
+        let g = run(&mut engine, &req);
+        let bonus: Vec<_> = g.tokens.iter().filter(|t| t.source == TokenSource::Bonus).collect();
+        assert!(!bonus.is_empty(), "need some fully accepted rounds");
+        let (prompt, context, rows, n_vocab) = scored_by_target(&mut engine, &g);
+        for t in bonus {
+            let at = prompt.len() + t.pos;
+            let p = probabilities(&rows[at - 1], &context[..at], &req.sampling, n_vocab);
+            let expect = match coupling {
+                Coupling::SameSeed => {
+                    let mut w = Vec::new();
+                    race_weights(req.seed, t.pos as u64, n_vocab, &mut w);
+                    race_argmax(&p, &w) as u32
+                }
+                Coupling::MaxAcceptance => {
+                    sample_index(&p, uniform(req.seed, t.pos as u64, Purpose::TargetSample)) as u32
+                }
+            };
+            assert_eq!(t.id, expect, "{coupling}: bonus at {} is not the target's draw", t.pos);
+            assert!((t.p_target.unwrap() - p[t.id as usize]).abs() < 1e-4);
+        }
     }
+}
+
+/// The same-seed coupling at D = 0: the mentored text is the target-only text of the same seed,
+/// token for token, whatever drafts it (the independent draft or the feature draft, fixed k or
+/// adaptive with copies), at T = 0.7 and T = 1, while drafted tokens are still accepted. Under
+/// max-acceptance the same runs give other texts (so this test sees a coupling that is not shared).
+#[test]
+fn same_seed_lossless_equals_target_only() {
+    let independent = Engine::new(load_target(WeightFormat::Auto), Some(the_draft(WeightFormat::Auto))).unwrap();
+    let (feature, _) = with_the_feature_draft(GenerateRequest::default());
+    let mut n_differing_max_acceptance = 0;
+    for (name, mut engine) in [("independent", independent), ("feature", feature)] {
+        for temperature in [0.7, 1.0] {
+            for seed in [3, 29] {
+                let base = GenerateRequest { seed, ..request(Mode::Target, temperature, 0.0, DraftLen::Fixed(4), 40) };
+                let want = run(&mut engine, &base);
+                for k in [DraftLen::Fixed(1), DraftLen::Fixed(4), DraftLen::Fixed(8), DraftLen::Auto] {
+                    let req = GenerateRequest { mode: Mode::Speculative, draft_len: k, ..base.clone() };
+                    let got = run(&mut engine, &req);
+                    assert_eq!(ids(&got), ids(&want), "{name} draft, k = {k}, T = {temperature}, seed {seed}");
+                    if k == DraftLen::Fixed(4) {
+                        assert!(got.stats.n_accepted > 0, "{name} draft, T = {temperature}: nothing accepted");
+                        let classic = GenerateRequest { coupling: Coupling::MaxAcceptance, ..req };
+                        n_differing_max_acceptance += usize::from(ids(&run(&mut engine, &classic)) != ids(&want));
+                    }
+                }
+            }
+        }
+    }
+    assert!(n_differing_max_acceptance >= 6, "max-acceptance reproduced target-only in too many runs");
 }
 
 /// The target NLL reported for a run (its normaliser computed beside the sampling on the other
@@ -191,7 +233,9 @@ fn cancel_mid_round_returns_tokens_so_far() {
 fn stats_and_provenance_are_consistent() {
     let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_draft(WeightFormat::Auto))).unwrap();
     let budget = 0.4;
-    let g = run(&mut engine, &request(Mode::Speculative, 0.7, budget, DraftLen::Fixed(4), 64));
+    // Max-acceptance: its tokens carry the acceptance probability min(1, π(x)/q(x)).
+    let req = request(Mode::Speculative, 0.7, budget, DraftLen::Fixed(4), 64);
+    let g = run(&mut engine, &GenerateRequest { coupling: Coupling::MaxAcceptance, ..req });
     let s = &g.stats;
     assert_eq!(s.n_rounds, g.rounds.len());
     assert!((s.mean_accepted_len - 64.0 / s.n_rounds as f64).abs() < 1e-9);
@@ -246,6 +290,8 @@ fn adaptive_copies_from_the_context_and_stays_lossless() {
     let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_draft(WeightFormat::Auto))).unwrap();
     let req = GenerateRequest {
         prompt: "Copy this line exactly ten times, one per line:\nthe quick brown fox jumps over the lazy dog".into(),
+        // Max-acceptance, whose tokens carry min(1, π(x)/q(x)) as their acceptance probability.
+        coupling: Coupling::MaxAcceptance,
         ..request(Mode::Speculative, 0.0, 0.0, DraftLen::Auto, 96)
     };
     let want = run(&mut engine, &GenerateRequest { mode: Mode::Target, ..req.clone() });

@@ -2,7 +2,7 @@
 
 use super::engine_thread::ModelChoice;
 use crate::generate::{DraftLen, GenerateRequest, Mode};
-use crate::mentor::MentorRule;
+use crate::mentor::{Coupling, MentorRule};
 use crate::sampling::SamplingParams;
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +22,8 @@ pub struct Settings {
     pub draft_len: usize,
     pub adaptive: bool,
     pub rule: MentorRule,
+    /// Same-seed (the panes differ only where the budget bought a change) or max-acceptance.
+    pub coupling: Coupling,
     pub bonus: bool,
     /// With the adaptive draft length: also copy from the context ([`crate::lookup`]).
     pub lookup: bool,
@@ -47,6 +49,7 @@ impl Default for Settings {
             draft_len: 8,
             adaptive: false,
             rule: MentorRule::Tv,
+            coupling: Coupling::default(),
             bonus: true,
             lookup: true,
             models: ModelChoice::default(),
@@ -81,6 +84,7 @@ impl Settings {
             max_tokens: self.max_tokens,
             ignore_eos: self.ignore_eos,
             mode: Mode::Target,
+            coupling: self.coupling,
             ..GenerateRequest::default()
         }
     }
@@ -105,7 +109,16 @@ impl Settings {
             MentorRule::Kl => "KL",
         };
         let copy = if self.adaptive && !self.lookup { ", no copying" } else { "" };
-        format!("{rule}={:.2}, k={}{}{copy}", self.budget, self.draft_len(), if self.bonus { "" } else { ", no bonus" })
+        let coupling = match self.coupling {
+            Coupling::SameSeed => "",
+            Coupling::MaxAcceptance => ", max-acceptance",
+        };
+        format!(
+            "{rule}={:.2}, k={}{}{copy}{coupling}",
+            self.budget,
+            self.draft_len(),
+            if self.bonus { "" } else { ", no bonus" }
+        )
     }
 
     /// Parse the sweep grid; an error names the entry that is wrong.

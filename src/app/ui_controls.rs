@@ -1,7 +1,7 @@
 //! Left panel: prompt, sampling knobs, mentor settings, Run / Stop, sweep grid.
 
 use super::{MentorApp, UiCommand};
-use crate::mentor::MentorRule;
+use crate::mentor::{Coupling, MentorRule};
 use crate::presets::PRESETS;
 
 /// A slider with a visible label tied to it (so tests and screen readers find it by name).
@@ -49,6 +49,17 @@ pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         ui.radio_value(&mut s.rule, MentorRule::Tv, "TV").on_hover_text("π = (1−θ)p + θq with θ = min(1, D/TV(p,q))");
         ui.radio_value(&mut s.rule, MentorRule::Kl, "KL")
             .on_hover_text("π maximises acceptance subject to KL(p‖π) ≤ D (nats)");
+    });
+    ui.horizontal(|ui| {
+        ui.label("Coupling");
+        ui.radio_value(&mut s.coupling, Coupling::SameSeed, "same seed").on_hover_text(
+            "Both panes draw each position with the same noise: at budget 0 the texts are identical, \
+             and where they differ the budget bought the change. Accepts somewhat fewer drafted tokens.",
+        );
+        ui.radio_value(&mut s.coupling, Coupling::MaxAcceptance, "max acceptance").on_hover_text(
+            "The classic rule: accepts the most drafted tokens (min(1, π/q)), but the mentored text is \
+             a different random sample from the target-only one even at budget 0.",
+        );
     });
     ui.add_enabled_ui(!s.adaptive, |ui| labelled(ui, "Draft length", &mut s.draft_len, 1..=16, 1.0));
     ui.checkbox(&mut s.adaptive, "adaptive draft length").on_hover_text(

@@ -60,7 +60,21 @@ fn legend_ui(ui: &mut egui::Ui) {
     });
 }
 
-fn tokens_ui(ui: &mut egui::Ui, pane: &PaneView, divergence: Option<usize>) {
+/// Where the two panes differ: the first position (underlined) and every later position whose
+/// token differs from the other pane's token at the same position.
+#[derive(Default)]
+pub struct DiffMarks {
+    pub first: Option<usize>,
+    pub differ: Vec<bool>,
+}
+
+impl DiffMarks {
+    fn differs(&self, i: usize) -> bool {
+        self.differ.get(i).copied().unwrap_or(false)
+    }
+}
+
+fn tokens_ui(ui: &mut egui::Ui, pane: &PaneView, marks: &DiffMarks) {
     let dark = ui.visuals().dark_mode;
     ui.horizontal_wrapped(|ui| {
         ui.spacing_mut().item_spacing = egui::vec2(0.0, 2.0);
@@ -72,8 +86,10 @@ fn tokens_ui(ui: &mut egui::Ui, pane: &PaneView, divergence: Option<usize>) {
                     if let Some(c) = source_color(t.source, dark) {
                         rt = rt.background_color(c);
                     }
-                    if divergence == Some(i) {
+                    if marks.first == Some(i) {
                         rt = rt.underline().strong().color(ui.visuals().error_fg_color);
+                    } else if marks.differs(i) {
+                        rt = rt.color(ui.visuals().error_fg_color);
                     }
                     ui.add(egui::Label::new(rt).sense(egui::Sense::hover())).on_hover_text(token_hover_text(t));
                 }
@@ -88,7 +104,7 @@ fn tokens_ui(ui: &mut egui::Ui, pane: &PaneView, divergence: Option<usize>) {
     });
 }
 
-fn pane_ui(ui: &mut egui::Ui, title: &str, pane: &PaneView, divergence: Option<usize>) {
+fn pane_ui(ui: &mut egui::Ui, title: &str, pane: &PaneView, marks: &DiffMarks) {
     ui.strong(title);
     egui::Frame::group(ui.style()).show(ui, |ui| {
         ui.set_min_height(220.0);
@@ -97,13 +113,23 @@ fn pane_ui(ui: &mut egui::Ui, title: &str, pane: &PaneView, divergence: Option<u
             if pane.tokens.is_empty() && !pane.running {
                 ui.weak("Press Run (Ctrl/Cmd+Enter) to generate.");
             }
-            tokens_ui(ui, pane, divergence);
+            tokens_ui(ui, pane, marks);
         });
     });
 }
 
 pub fn comparison_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
-    let divergence = if app.settings.mark_divergence { app.view.divergence() } else { None };
+    let divergence = app.view.divergence();
+    let differing = app.view.differing_positions();
+    let marks = match app.settings.mark_divergence {
+        true => {
+            let n = app.view.target.tokens.len().max(app.view.mentored.tokens.len());
+            let mut differ = vec![false; n];
+            differing.iter().for_each(|&i| differ[i] = true);
+            DiffMarks { first: divergence, differ }
+        }
+        false => DiffMarks::default(),
+    };
     let mentored_title = if app.view.mentored_label.is_empty() {
         format!("Mentored ({})", app.settings.mentored_label())
     } else {
@@ -111,16 +137,36 @@ pub fn comparison_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     };
     legend_ui(ui);
     ui.columns(2, |cols| {
-        pane_ui(&mut cols[0], "Target only", &app.view.target, divergence);
-        pane_ui(&mut cols[1], &mentored_title, &app.view.mentored, divergence);
+        pane_ui(&mut cols[0], "Target only", &app.view.target, &marks);
+        pane_ui(&mut cols[1], &mentored_title, &app.view.mentored, &marks);
     });
-    if let Some(i) = divergence {
-        ui.weak(format!("The texts diverge at output token {i} (underlined)."));
+    if app.settings.mark_divergence {
+        if let Some(line) = divergence_line(&app.view, divergence, differing.len()) {
+            ui.weak(line);
+        }
     }
     ui.add_space(6.0);
     stats_ui(ui, &app.view.target, &app.view.mentored);
     ui.add_space(6.0);
     plots_ui(ui, &app.view.target, &app.view.mentored);
+}
+
+/// One line saying where the panes differ, or that they are identical.
+fn divergence_line(view: &super::view::ViewState, first: Option<usize>, n_differing: usize) -> Option<String> {
+    let (a, b) = (view.target.tokens.len(), view.mentored.tokens.len());
+    let done = !view.target.running && !view.mentored.running;
+    match first {
+        None if done && a > 0 && a == b => Some(format!("The two texts are identical, token for token ({a} tokens).")),
+        None => None,
+        Some(i) => {
+            let later = n_differing.saturating_sub(usize::from(i < a.min(b)));
+            let lengths = if done && a != b { format!(" The texts have {a} and {b} tokens.") } else { String::new() };
+            Some(format!(
+                "The texts first differ at output token {i} (underlined). After it each pane continues its own \
+                 text, so later tokens are compared by position only: {later} of them differ (red).{lengths}"
+            ))
+        }
+    }
 }
 
 fn stats_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {

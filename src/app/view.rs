@@ -247,6 +247,14 @@ impl ViewState {
         None
     }
 
+    /// Every output position where both panes have a token and the tokens differ. With the
+    /// same-seed coupling a position draws with the same noise in both runs, so a difference there
+    /// is what the budget (or the different text before it) changed.
+    pub fn differing_positions(&self) -> Vec<usize> {
+        let (a, b) = (&self.target.tokens, &self.mentored.tokens);
+        (0..a.len().min(b.len())).filter(|&i| a[i].id != b[i].id).collect()
+    }
+
     /// First output position where the two panes' tokens differ.
     pub fn divergence(&self) -> Option<usize> {
         let (a, b) = (&self.target.tokens, &self.mentored.tokens);
