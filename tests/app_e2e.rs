@@ -57,3 +57,29 @@ fn real_engine_fills_both_panes() {
     assert!(t.elapsed() < Duration::from_secs(5));
     assert!(app.view.target.cancelled && app.view.target.tokens.len() < 400);
 }
+
+/// The visible proof that lossless means lossless: with the same-seed coupling at budget 0 the
+/// two panes hold the same tokens, while the mentored pane's tokens still come from the draft.
+#[test]
+fn zero_budget_panes_read_identically() {
+    let settings = Settings {
+        max_tokens: 32,
+        ignore_eos: true,
+        budget: 0.0,
+        prompt: "Write a short poem about the sea.".into(),
+        ..Settings::default()
+    };
+    let mut app = MentorApp::new(settings, Vec::new(), engine_thread::spawn(None), Box::new(NoDialogs));
+    wait_until(&mut app, "models to load", |a| a.view.models.target.is_some() && !a.view.models.loading);
+    app.queue(UiCommand::Run);
+    app.apply_queued();
+    wait_until(&mut app, "the run to finish", |a| !a.view.busy());
+    assert!(app.view.error.is_none(), "{:?}", app.view.error);
+    let ids = |p: &mentor_lab::app::view::PaneView| p.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(ids(&app.view.target), ids(&app.view.mentored));
+    assert_eq!(app.view.divergence(), None);
+    assert!(app.view.differing_positions().is_empty());
+    let from_draft =
+        app.view.mentored.tokens.iter().filter(|t| t.source == mentor_lab::TokenSource::DraftAccepted).count();
+    assert!(from_draft > 0, "no drafted token was accepted");
+}

@@ -10,6 +10,7 @@ use mentor_lab::app::settings::Settings;
 use mentor_lab::app::view::RunRecord;
 use mentor_lab::app::{Dialogs, MentorApp};
 use mentor_lab::generate::{DraftLen, RoundInfo, Stats, TokenInfo, TokenSource};
+use mentor_lab::Coupling;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
@@ -201,6 +202,7 @@ fn sliders_change_what_the_next_run_sends() {
     h.get_by_label("KL").click();
     h.get_by_label("bonus token after a fully accepted round").click();
     h.get_by_label("ignore end of sequence").click();
+    h.get_by_label("max acceptance").click();
     h.run_steps(2);
     rig.commands();
     h.get_by_label("Run").click();
@@ -214,6 +216,8 @@ fn sliders_change_what_the_next_run_sends() {
     assert!(mentored.ignore_eos && target.ignore_eos);
     assert_eq!(mentored.sampling, target.sampling, "both panes use the same sampling settings");
     assert_eq!(mentored.seed, target.seed);
+    // Both panes draw with the coupling chosen (target-only's draws depend on it too).
+    assert_eq!((mentored.coupling, target.coupling), (Coupling::MaxAcceptance, Coupling::MaxAcceptance));
     assert_eq!(mentored.sampling.temperature, s.temperature);
     assert_eq!(mentored.sampling.repeat_penalty, s.repeat_penalty);
     assert_eq!(mentored.sampling.top_p, s.top_p);

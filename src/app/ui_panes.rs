@@ -163,7 +163,8 @@ fn divergence_line(view: &super::view::ViewState, first: Option<usize>, n_differ
             let lengths = if done && a != b { format!(" The texts have {a} and {b} tokens.") } else { String::new() };
             Some(format!(
                 "The texts first differ at output token {i} (underlined). After it each pane continues its own \
-                 text, so later tokens are compared by position only: {later} of them differ (red).{lengths}"
+                 text, so later tokens are compared by position only: {later} later {} (red).{lengths}",
+                if later == 1 { "position differs" } else { "positions differ" }
             ))
         }
     }
