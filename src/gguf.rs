@@ -8,6 +8,9 @@ use candle_core::quantized::GgmlDType;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, Read};
+
+mod reader;
+use reader::{read_content, HeaderError};
 use std::path::{Path, PathBuf};
 
 /// The transformer families we have model code for.
@@ -88,8 +91,6 @@ pub struct ModelInfo {
     pub feature_draft: bool,
 }
 
-const GGUF_MAGIC: &[u8; 4] = b"GGUF";
-
 impl ModelFile {
     pub fn open(path: &Path) -> Result<ModelFile> {
         if !path.is_file() {
@@ -97,18 +98,19 @@ impl ModelFile {
         }
         let file = File::open(path)?;
         let file_size = file.metadata()?.len();
-        let mut reader = BufReader::new(file);
-        let mut magic = [0u8; 4];
-        if reader.read_exact(&mut magic).is_err() || &magic != GGUF_MAGIC {
-            return Err(EngineError::NotGguf { path: path.to_path_buf() });
-        }
-        let mut reader = BufReader::new(File::open(path)?);
-        let content = Content::read(&mut reader).map_err(|e| EngineError::CorruptGguf {
-            path: path.to_path_buf(),
-            detail: format!("header does not parse: {e}"),
+        ModelFile::from_reader(path, &mut BufReader::new(file), file_size)
+    }
+
+    /// Parse and validate a GGUF from `reader`, which holds `file_size` bytes; `path` names it in
+    /// errors (and is where the weights are read from later). Every size in the header is checked
+    /// against `file_size` before anything is allocated for it.
+    pub fn from_reader(path: &Path, reader: &mut impl Read, file_size: u64) -> Result<ModelFile> {
+        let content = read_content(reader, file_size).map_err(|e| match e {
+            HeaderError::NotGguf => EngineError::NotGguf { path: path.to_path_buf() },
+            HeaderError::Corrupt(detail) => EngineError::CorruptGguf { path: path.to_path_buf(), detail },
         })?;
-        check_tensor_extent(path, &content, file_size)?;
         let config = read_config(path, &content)?;
+        check_shapes(path, &content, &config)?;
         Ok(ModelFile { path: path.to_path_buf(), content, config, file_size })
     }
 
@@ -229,23 +231,7 @@ pub fn dtype_name(d: GgmlDType) -> &'static str {
     }
 }
 
-/// A download cut short parses (the header is at the front) but its last tensors point past the
-/// end of the file: catch that here rather than as a read error deep inside loading.
-fn check_tensor_extent(path: &Path, content: &Content, file_size: u64) -> Result<()> {
-    for (name, info) in &content.tensor_infos {
-        let n = info.shape.elem_count();
-        let block = info.ggml_dtype.block_size();
-        let n_bytes = (n / block * info.ggml_dtype.type_size()) as u64;
-        let end = content.tensor_data_offset + info.offset + n_bytes;
-        if end > file_size {
-            return Err(EngineError::CorruptGguf {
-                path: path.to_path_buf(),
-                detail: format!("tensor `{name}` ends at byte {end} but the file has only {file_size} bytes"),
-            });
-        }
-    }
-    Ok(())
-}
+const MAX_HEAD_DIM: usize = 1024;
 
 fn read_config(path: &Path, content: &Content) -> Result<ModelConfig> {
     let md = &content.metadata;
@@ -290,11 +276,86 @@ fn read_config(path: &Path, content: &Content) -> Result<ModelConfig> {
         Some(out) => out.shape.dims().first().copied().unwrap_or(n_vocab),
         None => n_vocab,
     };
+    let corrupt = |detail: String| EngineError::CorruptGguf { path: path.to_path_buf(), detail };
     if n_head == 0 || n_kv_head == 0 || n_head % n_kv_head != 0 || n_layer == 0 {
-        return Err(EngineError::CorruptGguf {
-            path: path.to_path_buf(),
-            detail: format!("inconsistent attention shape: {n_head} heads, {n_kv_head} KV heads, {n_layer} layers"),
-        });
+        return Err(corrupt(format!(
+            "inconsistent attention shape: {n_head} heads, {n_kv_head} KV heads, {n_layer} layers"
+        )));
+    }
+    // RoPE rotates pairs, so a head has an even, non-zero width; its tables grow with the width
+    // (the widest heads in use are 256).
+    if n_embd == 0 || n_ff == 0 || n_vocab == 0 || head_dim == 0 || head_dim % 2 != 0 || head_dim > MAX_HEAD_DIM {
+        return Err(corrupt(format!(
+            "impossible sizes: width {n_embd}, feed-forward {n_ff}, vocabulary {n_vocab}, head width {head_dim}"
+        )));
+    }
+    if !(rope_theta.is_finite() && rope_theta > 0.0) || !(rms_eps.is_finite() && rms_eps >= 0.0) {
+        return Err(corrupt(format!("RoPE base {rope_theta} or RMS epsilon {rms_eps} is not a usable number")));
     }
     Ok(ModelConfig { arch, n_layer, n_embd, n_head, n_kv_head, head_dim, n_ff, n_vocab, n_ctx, rope_theta, rms_eps })
+}
+
+/// Every tensor the model code reads has the shape the configuration implies, so that a file whose
+/// metadata and tensors disagree is an error here and not an out-of-range index in a forward pass.
+/// Shapes are candle's (rows first). Only the rows of the embedding and head are free (the
+/// vocabulary size), and they must agree with each other.
+fn check_shapes(path: &Path, content: &Content, c: &ModelConfig) -> Result<()> {
+    let corrupt = |detail: String| EngineError::CorruptGguf { path: path.to_path_buf(), detail };
+    let ti = &content.tensor_infos;
+    let (q, kv) = match (c.n_head.checked_mul(c.head_dim), c.n_kv_head.checked_mul(c.head_dim)) {
+        (Some(q), Some(kv)) => (q, kv),
+        _ => return Err(corrupt(format!("{} heads of width {} overflow", c.n_head, c.head_dim))),
+    };
+    let check = |name: &str, want: &[usize], required: bool| -> Result<()> {
+        match ti.get(name) {
+            Some(t) if t.shape.dims() == want => Ok(()),
+            Some(t) => Err(corrupt(format!(
+                "tensor `{name}` has shape {:?} but the metadata implies {want:?}",
+                t.shape.dims()
+            ))),
+            None if required => Err(corrupt(format!("tensor `{name}` is missing"))),
+            None => Ok(()),
+        }
+    };
+    for name in ["token_embd.weight", "output.weight"] {
+        check(name, &[c.n_vocab, c.n_embd], false)?;
+    }
+    check("output_norm.weight", &[c.n_embd], true)?;
+    for i in 0..c.n_layer {
+        let t = |s: &str| format!("blk.{i}.{s}");
+        check(&t("attn_norm.weight"), &[c.n_embd], true)?;
+        check(&t("ffn_norm.weight"), &[c.n_embd], true)?;
+        check(&t("attn_q.weight"), &[q, c.n_embd], true)?;
+        check(&t("attn_k.weight"), &[kv, c.n_embd], true)?;
+        check(&t("attn_v.weight"), &[kv, c.n_embd], true)?;
+        check(&t("attn_output.weight"), &[c.n_embd, q], true)?;
+        check(&t("ffn_gate.weight"), &[c.n_ff, c.n_embd], true)?;
+        check(&t("ffn_up.weight"), &[c.n_ff, c.n_embd], true)?;
+        check(&t("ffn_down.weight"), &[c.n_embd, c.n_ff], true)?;
+        check(&t("attn_q.bias"), &[q], false)?;
+        check(&t("attn_k.bias"), &[kv], false)?;
+        check(&t("attn_v.bias"), &[kv], false)?;
+    }
+    if let Some(fs) = ti.get("rope_freqs.weight") {
+        if fs.shape.elem_count() != c.head_dim / 2 {
+            return Err(corrupt(format!(
+                "tensor `rope_freqs.weight` has shape {:?} but a head of width {} needs {} factors",
+                fs.shape.dims(),
+                c.head_dim,
+                c.head_dim / 2
+            )));
+        }
+    }
+    if content.metadata.contains_key(FEATURE_TAPS_KEY) {
+        let n_taps = content.metadata.get(FEATURE_TAPS_KEY).and_then(|v| v.to_vec().ok()).map_or(0, Vec::len);
+        let target_embd = content.metadata.get(FEATURE_EMBD_KEY).and_then(|v| v.to_u32().ok()).unwrap_or(0) as usize;
+        check("eagle.fc.weight", &[c.n_embd, c.n_embd.saturating_mul(2)], true)?;
+        if n_taps > 0 {
+            check("eagle.lift_fc.weight", &[c.n_embd, n_taps.saturating_mul(target_embd)], true)?;
+        }
+        for i in 0..n_taps {
+            check(&format!("eagle.tap_norms.{i}.weight"), &[target_embd], true)?;
+        }
+    }
+    Ok(())
 }

@@ -20,6 +20,13 @@ const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p
 const QWEN2_PATTERN: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Instructions a chat template may run for one render: far more than a real template needs for
+/// one message (tests/fuzz.rs renders the shipped draft's, a Llama 3 and a ChatML-with-tools
+/// template within it), far less than a template that never ends would take.
+pub const TEMPLATE_FUEL: u64 = 2_000_000;
+/// Nesting depth (loops, macros, includes) a chat template may reach; minijinja's own maximum is 500.
+pub const TEMPLATE_RECURSION_LIMIT: usize = 100;
+
 /// GGUF token types (llama.cpp `llama_token_type`).
 const TOKEN_TYPE_CONTROL: i32 = 3;
 const TOKEN_TYPE_USER_DEFINED: i32 = 4;
@@ -62,6 +69,16 @@ impl TextTokenizer {
         } else {
             build_bpe(file, &tokens).map_err(err)?
         };
+        // An id the model has no embedding row for would be an out-of-range lookup at the first
+        // forward: a file whose tokenizer outgrows its model is refused here.
+        let n_vocab = file.config.n_vocab;
+        let n_ids = tokens.len().max(inner.get_vocab_size(true));
+        if n_ids > n_vocab {
+            return Err(err(format!(
+                "the tokenizer has {n_ids} tokens but the model has only {n_vocab} embedding rows; the file is \
+                 damaged or mixes two models: download it again"
+            )));
+        }
         let bos_id = meta_u32(file, "tokenizer.ggml.bos_token_id");
         let eos_id = meta_u32(file, "tokenizer.ggml.eos_token_id");
         let add_bos =
@@ -127,8 +144,20 @@ impl TextTokenizer {
         let template = self.chat_template.clone().unwrap_or_else(|| {
             "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}".to_string()
         });
-        let err = |e: minijinja::Error| EngineError::Template { path: self.source.clone(), detail: e.to_string() };
+        let err = |e: minijinja::Error| {
+            let detail = match e.kind() {
+                minijinja::ErrorKind::OutOfFuel => {
+                    format!("it ran more than {TEMPLATE_FUEL} steps for one message, so it probably never ends")
+                }
+                _ => e.to_string(),
+            };
+            EngineError::Template { path: self.source.clone(), detail }
+        };
         let mut env = minijinja::Environment::new();
+        // The template is a program from the file: bound its steps and its depth so that one that
+        // loops or recurses forever is an error instead of a frozen app.
+        env.set_fuel(Some(TEMPLATE_FUEL));
+        env.set_recursion_limit(TEMPLATE_RECURSION_LIMIT);
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
