@@ -5,6 +5,7 @@
 pub mod engine_thread;
 pub mod measure;
 pub mod settings;
+pub mod storage;
 mod ui_controls;
 mod ui_history;
 mod ui_models;
@@ -18,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use view::{RunRecord, ViewState};
 
+/// Where earlier versions saved settings and history in eframe's storage (read once to migrate).
 const SETTINGS_KEY: &str = "mentor-lab.settings";
 const HISTORY_KEY: &str = "mentor-lab.history";
 
@@ -70,6 +72,8 @@ pub struct MentorApp {
     /// Where the last export went (shown as a confirmation).
     pub last_export: Option<PathBuf>,
     pub show_about: bool,
+    /// Settings and history on disk; `None` where the app runs without saving (tests).
+    pub persist: Option<storage::Persist>,
     /// Frames drawn, and the last sample of the process's CPU time (see [`Self::pace_frames`]).
     frames: u64,
     cpu_sample: Option<(std::time::Instant, measure::CpuSplit, u64)>,
@@ -91,6 +95,7 @@ impl MentorApp {
             queued: Vec::new(),
             last_export: None,
             show_about: false,
+            persist: None,
             frames: 0,
             cpu_sample: None,
         };
@@ -100,18 +105,32 @@ impl MentorApp {
         app
     }
 
-    /// The eframe entry: restore settings and history, start the engine thread.
+    /// The eframe entry: restore settings and history (our files in the data directory; eframe's
+    /// storage where an earlier version saved them there), start the engine thread.
     pub fn from_creation_context(cc: &eframe::CreationContext<'_>) -> Self {
-        let (settings, history) = match cc.storage {
-            Some(s) => (
-                eframe::get_value(s, SETTINGS_KEY).unwrap_or_default(),
-                eframe::get_value(s, HISTORY_KEY).unwrap_or_default(),
-            ),
-            None => (Settings::default(), Vec::new()),
-        };
+        let restored = storage::Persist::open(
+            &storage::default_dir(),
+            || cc.storage.and_then(|s| eframe::get_value(s, SETTINGS_KEY)),
+            || cc.storage.and_then(|s| eframe::get_value(s, HISTORY_KEY)),
+        );
         panels_by_clearing(&cc.egui_ctx);
         let engine = engine_thread::spawn(Some(cc.egui_ctx.clone()));
-        Self::new(settings, history, engine, Box::new(NativeDialogs))
+        let mut app = Self::new(restored.settings, restored.history, engine, Box::new(NativeDialogs));
+        app.persist = Some(restored.persist);
+        if !restored.notices.is_empty() {
+            app.view.error = Some(restored.notices.join(" "));
+        }
+        app
+    }
+
+    /// Write settings and new runs to disk (a no-op without [`Self::persist`]); a failure is
+    /// shown in the message line.
+    pub fn save_state(&mut self) {
+        if let Some(p) = &mut self.persist {
+            if let Err(e) = p.save(&self.settings, &self.history) {
+                self.view.error = Some(e.to_string());
+            }
+        }
     }
 
     /// Tell the engine what a frame costs. eframe's own figure leaves out the GL driver's work at
@@ -183,6 +202,8 @@ impl MentorApp {
             target_nll: stats.mean_target_nll,
             mean_tv: stats.mean_tv,
         });
+        // Each run is on disk as soon as it is in the table.
+        self.save_state();
     }
 
     /// Apply the commands queued during this frame.
@@ -334,9 +355,10 @@ impl eframe::App for MentorApp {
         clear_color(visuals)
     }
 
-    fn save(&mut self, storage: &mut dyn eframe::Storage) {
-        eframe::set_value(storage, SETTINGS_KEY, &self.settings);
-        eframe::set_value(storage, HISTORY_KEY, &self.history);
+    /// Settings and history go to our own files ([`storage`]); eframe's storage keeps only what
+    /// eframe itself saves (the window's size and place).
+    fn save(&mut self, _storage: &mut dyn eframe::Storage) {
+        self.save_state();
     }
 }
 
