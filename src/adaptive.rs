@@ -65,9 +65,8 @@ const MIN_GAIN: f64 = 1.05;
 /// for 8 to 64 target steps until a probe.
 const ALPHA_STEP: f64 = 0.1;
 /// Timings are estimated by the median of the last this many of their kind. A running average
-/// let one stall decide the rest of a run: a 110 ms target step (the VM descheduled) among 6.5 ms
-/// ones put the step's estimate at 32 ms, drafting won every round after it, and the step was never
-/// timed again (`generate --draft-len auto`, creative, measured in session 9).
+/// lets one stall decide the rest of a run: a single descheduled step many times the usual length
+/// inflates the step's estimate, drafting then wins every round, and the step is never timed again.
 const RECENT: usize = 5;
 /// While drafting wins, a target-only step is timed again after this many rounds if drafting's
 /// expected gain is below `RETIME_GAIN`: its estimate would otherwise date from before the streak

@@ -1,4 +1,5 @@
-//! `mentor-lab bench`: the reference experiment's methodology in one command. One warm-up run per
+//! `mentor-lab bench`: the methodology of the mentored-decoding article's experiment (Qwen2.5 7B +
+//! 0.5B on an Apple M2; see docs/performance.md) in one command. One warm-up run per
 //! configuration, then R timed repeats of S seeds, each seed running every configuration in turn;
 //! a Markdown table of medians, and optionally every raw measurement as JSON.
 
@@ -260,7 +261,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     eprintln!();
     // Configurations take turns within each seed of each repeat, starting one later each time:
-    // this VM's speed drifts by tens of percent within a minute, and whatever separates two runs
+    // a shared machine's speed can drift by tens of percent within a minute, and whatever separates two runs
     // that are compared goes into their ratio.
     for repeat in 0..args.repeats {
         eprint!("repeat {}/{}:", repeat + 1, args.repeats);
@@ -299,7 +300,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         eprintln!();
     }
     // Speedup: the median over (repeat, seed) of target-only's time over the configuration's, each
-    // pair run within seconds of each other; the quartiles of those ratios show how far this VM's
+    // pair run within seconds of each other; the quartiles of those ratios show how far the machine's
     // noise moves one pair.
     let speedup = |label: &str| -> Option<(f64, f64, f64)> {
         let ratios: Vec<f64> = all

@@ -98,6 +98,9 @@ pub struct GenerateRequest {
     /// drafted tokens led back to a passage of the context (`--no-copy-tail` turns this off: a
     /// round then copies from its start or not at all).
     pub copy_tail: bool,
+    /// Record this many of the most likely tokens at every position (p, q and π), for the token
+    /// inspector; 0 records none (a pass over the vocabulary per distribution).
+    pub n_top: usize,
     /// How random draws are tied together: the same-seed coupling makes a run's text depend only on
     /// the seed and the distributions (D = 0 reproduces target-only exactly); max-acceptance
     /// accepts more drafted tokens.
@@ -121,6 +124,7 @@ impl Default for GenerateRequest {
             lookup: true,
             copy_tail: true,
             coupling: Coupling::default(),
+            n_top: 0,
         }
     }
 }
@@ -167,6 +171,17 @@ pub enum TokenSource {
     Draft,
 }
 
+/// A token's probability under the target (p), the draft (q) and the mixture (π) at one position:
+/// a row of the token inspector.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopEntry {
+    pub id: u32,
+    pub text: String,
+    pub p_target: Option<f32>,
+    pub q_draft: Option<f32>,
+    pub pi_mixed: Option<f32>,
+}
+
 /// One emitted token and the numbers behind it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TokenInfo {
@@ -184,6 +199,16 @@ pub struct TokenInfo {
     pub tv: Option<f64>,
     pub theta: Option<f64>,
     pub round: Option<usize>,
+    /// −log p(x) under the target at temperature 1: the surprise the mean target NLL averages.
+    #[serde(default)]
+    pub nll: Option<f64>,
+    /// The token the draft proposed at this position (accepted or not), if one was verified here.
+    #[serde(default)]
+    pub drafted: Option<u32>,
+    /// The most likely tokens at this position under p, q and π (the request's `n_top`), the
+    /// emitted and drafted tokens always among them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top: Vec<TopEntry>,
 }
 
 /// One draft + verify round.
@@ -348,6 +373,7 @@ impl<'a> Run<'a> {
         }
         info.text = self.decoder.push(self.tok, info.id)?;
         info.pos = self.n_emitted();
+        info.nll = nll;
         if let Some(nll) = nll {
             self.tally.nll_sum += nll;
             self.tally.n_nll += 1;
@@ -409,7 +435,71 @@ fn plain_token(id: u32, source: TokenSource) -> TokenInfo {
         tv: None,
         theta: None,
         round: None,
+        nll: None,
+        drafted: None,
+        top: Vec::new(),
     }
+}
+
+/// The indices of the `k` largest values of `dist`, largest first (lowest index on ties). One
+/// pass with a small sorted buffer: most values fail the threshold test at once.
+pub fn top_indices(dist: &[f32], k: usize) -> Vec<usize> {
+    let mut best: Vec<(f32, usize)> = Vec::with_capacity(k + 1);
+    if k == 0 {
+        return Vec::new();
+    }
+    for (i, &v) in dist.iter().enumerate() {
+        if best.len() == k && v <= best[k - 1].0 {
+            continue;
+        }
+        let at = best.partition_point(|&(b, _)| b >= v);
+        best.insert(at, (v, i));
+        best.truncate(k);
+    }
+    best.into_iter().map(|(_, i)| i).collect()
+}
+
+/// The inspector's rows at one position: the `n` tokens most likely under any of p, q and π,
+/// ordered by their largest probability, with every token of `must` (emitted, drafted) kept.
+fn top_entries(
+    tok: &TextTokenizer,
+    n: usize,
+    p: Option<&[f32]>,
+    q: Option<&[f32]>,
+    pi: Option<&[f32]>,
+    must: &[u32],
+) -> Vec<TopEntry> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let dists: Vec<&[f32]> = [p, q, pi].into_iter().flatten().collect();
+    let mut ids: Vec<u32> = dists.iter().flat_map(|d| top_indices(d, n)).map(|i| i as u32).collect();
+    let at = |d: Option<&[f32]>, id: u32| d.and_then(|d| d.get(id as usize).copied());
+    let peak = |id: u32| dists.iter().filter_map(|d| d.get(id as usize).copied()).fold(0f32, f32::max);
+    ids.sort_unstable();
+    ids.dedup();
+    ids.sort_by(|&a, &b| peak(b).total_cmp(&peak(a)).then(a.cmp(&b)));
+    ids.truncate(n);
+    for &m in must {
+        if !ids.contains(&m) {
+            if ids.len() == n {
+                // Replace the least likely row that is not itself required.
+                if let Some(slot) = ids.iter().rposition(|x| !must.contains(x)) {
+                    ids.remove(slot);
+                }
+            }
+            ids.push(m);
+        }
+    }
+    ids.into_iter()
+        .map(|id| TopEntry {
+            id,
+            text: tok.decode(&[id]).unwrap_or_default(),
+            p_target: at(p, id),
+            q_draft: at(q, id),
+            pi_mixed: at(pi, id),
+        })
+        .collect()
 }
 
 /// Prompt ids after the checks every mode shares.
@@ -493,6 +583,10 @@ pub fn generate_single(
         let x = draw(req, &mut noise, &p, pos, purpose);
         noise.forget_before(pos + 1);
         let mut info = plain_token(x, source);
+        info.top = match scored {
+            true => top_entries(run.tok, req.n_top, Some(&p[..]), None, None, &[x]),
+            false => top_entries(run.tok, req.n_top, None, Some(&p[..]), None, &[x]),
+        };
         let nll = if scored {
             info.p_target = Some(p[x as usize]);
             log_z.map(|z| nll_given_log_z(z, &logits, x))
@@ -860,6 +954,15 @@ pub fn generate_speculative(
                 tv: Some(mixed.tv_pq),
                 theta: Some(mixed.theta),
                 round: Some(round),
+                drafted: Some(x),
+                top: top_entries(
+                    run.tok,
+                    req.n_top,
+                    Some(&p[..]),
+                    Some(&q[..]),
+                    Some(&mixed.pi_mixed[..]),
+                    &[verdict.token, x],
+                ),
                 ..plain_token(verdict.token, TokenSource::Target)
             };
             run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, verdict.token)))?;
@@ -886,7 +989,12 @@ pub fn generate_speculative(
                 beside_log_z(logits, n_vocab, true, || probabilities(logits, &run.context, &req.sampling, n_vocab))?;
             let x = draw(req, &mut noise, &p, pos, Purpose::TargetSample);
             let source = if k == 0 { TokenSource::Target } else { TokenSource::Bonus };
-            let info = TokenInfo { p_target: Some(p[x as usize]), round: Some(round), ..plain_token(x, source) };
+            let info = TokenInfo {
+                p_target: Some(p[x as usize]),
+                round: Some(round),
+                top: top_entries(run.tok, req.n_top, Some(&p[..]), None, None, &[x]),
+                ..plain_token(x, source)
+            };
             run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, x)))?;
         }
 

@@ -31,7 +31,7 @@ enum Command {
     Generate(GenerateArgs),
     /// List the GGUF models found on disk.
     Models,
-    /// Time configurations against target-only, the reference experiment's way.
+    /// Time configurations against target-only: warm-up, repeats × seeds, medians (the article's method).
     Bench(cli_bench::BenchArgs),
     /// How close the draft is to the target: 1 − TV, greedy agreement, relative cost.
     EvalDraft(EvalArgs),
@@ -154,6 +154,9 @@ struct GenerateArgs {
     /// text equals target-only's; max-acceptance: the classic rule, more drafted tokens accepted.
     #[arg(long, default_value = "same-seed")]
     coupling: Coupling,
+    /// With --json: also record the N most likely tokens under p, q and π at every position.
+    #[arg(long, default_value_t = 0)]
+    top: usize,
 }
 
 fn main() -> std::process::ExitCode {
@@ -333,6 +336,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
         lookup: !args.no_lookup,
         copy_tail: !args.no_copy_tail,
         coupling: args.coupling,
+        n_top: args.top,
     };
     req.validate()?;
     if req.prompt.trim().is_empty() {

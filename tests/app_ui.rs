@@ -9,7 +9,7 @@ use mentor_lab::app::engine_thread::{EngineCommand, EngineEvent, EngineHandle, P
 use mentor_lab::app::settings::Settings;
 use mentor_lab::app::view::RunRecord;
 use mentor_lab::app::{Dialogs, MentorApp};
-use mentor_lab::generate::{DraftLen, RoundInfo, Stats, TokenInfo, TokenSource};
+use mentor_lab::generate::{DraftLen, RoundInfo, Stats, TokenInfo, TokenSource, TopEntry};
 use mentor_lab::Coupling;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -80,7 +80,24 @@ fn token(id: u32, text: &str, source: TokenSource, round: usize) -> TokenInfo {
         tv: spec.then_some(0.31),
         theta: spec.then_some(1.0),
         round: spec.then_some(round),
+        nll: Some(1.5 + id as f64),
+        drafted: spec.then_some(id + 100),
+        top: inspector_rows(id, text, spec),
     }
+}
+
+/// The inspector's rows of a scripted token: itself first, then two others.
+fn inspector_rows(id: u32, text: &str, spec: bool) -> Vec<TopEntry> {
+    [(id, text.to_string(), 0.412), (id + 100, format!("alt{id}"), 0.2), (id + 200, format!("other{id}"), 0.1)]
+        .into_iter()
+        .map(|(id, text, p)| TopEntry {
+            id,
+            text,
+            p_target: Some(p),
+            q_draft: spec.then_some(p / 2.0),
+            pi_mixed: spec.then_some(p * 0.75),
+        })
+        .collect()
 }
 
 fn stats(e2e: f64, nll: f64) -> Stats {
@@ -630,4 +647,54 @@ fn the_shipped_drafts_are_one_click_apart_with_the_default_target() {
     h.get_by_label("independent").click();
     h.run_steps(2);
     assert_eq!(loads(&rig).last().and_then(|m| m.draft.clone()), Some(independent));
+}
+
+/// At common laptop window sizes the three live plots are drawn on screen, each at least 160
+/// points high (the layout gives the panes what the stats and plots leave).
+#[test]
+fn plots_stay_readable_at_laptop_sizes() {
+    for size in [egui::vec2(1280.0, 800.0), egui::vec2(1440.0, 900.0)] {
+        let (app, rig) = app_with(Settings::default(), no_dialogs());
+        let mut h = Harness::builder().with_size(size).build_ui_state(|ui, app: &mut MentorApp| app.frame_ui(ui), app);
+        h.get_by_label("Run").click();
+        h.run_steps(2);
+        let (run_id, ..) = compare_of(rig.commands());
+        script_run(&rig, run_id);
+        h.run_steps(3);
+        let rects = h.state().view.layout.plot_rects.clone();
+        assert_eq!(rects.len(), 3, "{size:?}");
+        for r in rects {
+            assert!(r.height() >= 160.0, "{size:?}: plot {r:?} is too low");
+            assert!(r.bottom() <= size.y && r.top() >= 0.0, "{size:?}: plot {r:?} is off screen");
+        }
+    }
+}
+
+/// Clicking a token pins it: the inspector tab opens and shows that token's rows of p, q and π
+/// (the numbers of its event), what the draft proposed there, and its round.
+#[test]
+fn clicking_a_token_pins_the_inspector() {
+    let (mut h, rig, run_id) = run_pressed();
+    script_run(&rig, run_id);
+    h.run_steps(3);
+    h.get_by_label(" shone").click();
+    h.run_steps(3);
+    assert_eq!(h.state().view.pinned, Some((Pane::Mentored, 2)));
+    assert_eq!(h.state().view.bottom_tab, mentor_lab::app::view::BottomTab::Inspector);
+    // Rows of the pinned token's event: itself (p 0.412, q 0.206, π 0.309), then "alt7" (p 0.2,
+    // q 0.1, π 0.15) and "other7".
+    assert!(h.get_all_by_label("\" shone\"").count() >= 1);
+    h.get_by_label("\"alt7\"");
+    h.get_by_label("\"other7\"");
+    for number in ["0.206", "0.309", "0.100", "0.150", "0.050", "0.075"] {
+        assert!(!h.query_all_by_label(number).collect::<Vec<_>>().is_empty(), "no cell {number}");
+    }
+    h.get_by_label_contains("The draft proposed \"alt7\": rejected");
+    h.get_by_label_contains("Round 0: 4 proposed");
+    // A target-only token shows p alone.
+    h.get_by_label(" glowed").click();
+    h.run_steps(3);
+    assert_eq!(h.state().view.pinned, Some((Pane::Target, 2)));
+    assert!(h.query_by_label_contains("The draft proposed").is_none());
+    h.get_by_label("\"alt2\"");
 }

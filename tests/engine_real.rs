@@ -382,8 +382,8 @@ fn lazy_logits_rows_equal_the_full_forward_exactly() {
 /// The shipped independent draft is close to the default target where the `code` goal is measured:
 /// on the 10 held-out code prompts (topics not in its training data), teacher-forced on the
 /// target's own T = 0.7 continuations (seeds 0–9), the mean 1 − TV(p, q) — the expected acceptance
-/// rate of a drafted token — is at least 0.66. Measured here (AMD EPYC, session 18): 0.687; the
-/// session-2 weights this draft was trained on from give 0.644 and fail.
+/// rate of a drafted token — is at least 0.66 (the shipped weights give 0.687; the earlier weights
+/// they were trained from give 0.644 and fail).
 #[test]
 fn the_shipped_draft_agrees_with_the_target_on_held_out_code() {
     let path = common::draft_path().expect("the default draft must be in assets/models");

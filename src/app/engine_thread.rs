@@ -132,8 +132,8 @@ pub const STREAM_FRAME: Duration = Duration::from_millis(100);
 /// parallel section in step, so a frame drawn on any core stalls all of them: the engine loses
 /// about a frame's CPU time per frame, not a share of it. Under software GL a frame costs
 /// 15-20 ms of CPU (1400 × 900): every 250 ms, that was ~9% of the engine's time; with the UI
-/// thread and the GL driver's threads counted, ~30 ms (session 14), and at the former 500 ms
-/// cap the engine lost 4.3–11.6% (`measure-ui`, 3 runs).
+/// thread and the GL driver's threads counted, ~30 ms; with a 500 ms cap the engine lost a
+/// noticeable share of its time (`measure-ui` measures it; see docs/performance.md).
 pub const MAX_STREAM_FRAME: Duration = Duration::from_millis(1000);
 /// While tokens stream, frames are spaced at least this many frame costs apart: drawing takes at
 /// most 1/25 = 4% of one core from the engine.

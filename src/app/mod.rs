@@ -8,6 +8,7 @@ pub mod settings;
 pub mod storage;
 mod ui_controls;
 mod ui_history;
+mod ui_inspector;
 mod ui_models;
 pub mod ui_panes;
 pub mod view;
@@ -54,6 +55,8 @@ pub enum UiCommand {
     ExportCsv,
     ExportJson,
     ClearHistory,
+    /// Pin a token in the inspector (its pane and output position).
+    Pin(engine_thread::Pane, usize),
 }
 
 pub struct MentorApp {
@@ -244,6 +247,10 @@ impl MentorApp {
                     self.export("mentor-lab-runs.json", json)
                 }
                 UiCommand::ClearHistory => self.history.clear(),
+                UiCommand::Pin(pane, i) => {
+                    self.view.pinned = Some((pane, i));
+                    self.view.bottom_tab = view::BottomTab::Inspector;
+                }
             }
         }
     }
@@ -324,7 +331,7 @@ impl MentorApp {
                 &ctx,
                 |ui| {
                     ui.label(format!("Mentor Lab {}", env!("CARGO_PKG_VERSION")));
-                    ui.label("Speculative and mentored decoding, measured live with real models (candle).");
+                    ui.label("Speculative and mentored decoding, measured live with real GGUF models on the CPU (own quantized kernels; Metal through candle on macOS).");
                     ui.label("Default target: SmolLM2-135M-Instruct (Apache-2.0, Hugging Face).");
                     ui.label("Default draft: distilled from it by this project (Apache-2.0).");
                 },
@@ -335,11 +342,12 @@ impl MentorApp {
             egui::ScrollArea::vertical().show(ui, |ui| ui_controls::controls_ui(self, ui));
         });
         egui::Panel::bottom("history")
-            .default_size(230.0)
+            .default_size(200.0)
             .resizable(true)
-            .show(ui, |ui| ui_history::history_ui(self, ui));
+            .show(ui, |ui| ui_history::bottom_ui(self, ui));
         egui::CentralPanel::default().show(ui, |ui| {
-            egui::ScrollArea::vertical().id_salt("central").show(ui, |ui| ui_panes::comparison_ui(self, ui));
+            let height = ui.available_height();
+            egui::ScrollArea::vertical().id_salt("central").show(ui, |ui| ui_panes::comparison_ui(self, ui, height));
         });
         self.apply_queued();
     }

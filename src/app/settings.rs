@@ -6,6 +6,9 @@ use crate::mentor::{Coupling, MentorRule};
 use crate::sampling::SamplingParams;
 use serde::{Deserialize, Serialize};
 
+/// How many tokens the inspector shows per position (p, q and π's most likely).
+pub const INSPECTOR_ROWS: usize = 12;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
@@ -29,6 +32,10 @@ pub struct Settings {
     pub lookup: bool,
     pub models: ModelChoice,
     pub mark_divergence: bool,
+    /// Shade every token by the target's surprise at it (−log p at T = 1) instead of provenance.
+    pub shade_surprise: bool,
+    /// The UI's zoom factor (Cmd/Ctrl + and −), kept across restarts.
+    pub zoom: f32,
     /// Sweep grid, as typed: comma-separated budgets and draft lengths (`auto` allowed).
     pub sweep_budgets: String,
     pub sweep_lens: String,
@@ -54,6 +61,8 @@ impl Default for Settings {
             lookup: true,
             models: ModelChoice::default(),
             mark_divergence: true,
+            shade_surprise: false,
+            zoom: 1.0,
             sweep_budgets: "0, 0.25, 0.5, 0.75, 1".into(),
             sweep_lens: "4, 8".into(),
         }
@@ -85,6 +94,7 @@ impl Settings {
             ignore_eos: self.ignore_eos,
             mode: Mode::Target,
             coupling: self.coupling,
+            n_top: INSPECTOR_ROWS,
             ..GenerateRequest::default()
         }
     }

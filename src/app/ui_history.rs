@@ -1,11 +1,25 @@
 //! Bottom panel: the runs table (kept across restarts, exportable) and the sweep's
 //! speed/quality frontier.
 
+use super::view::BottomTab;
 use super::{MentorApp, UiCommand};
 use egui::RichText;
 use egui_plot::{Legend, Plot, PlotPoint, PlotPoints, Points, Text};
 
-pub fn history_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
+/// The bottom panel: tabs for the runs and sweep, and the token inspector.
+pub fn bottom_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
+    ui.horizontal(|ui| {
+        let tab = &mut app.view.bottom_tab;
+        ui.selectable_value(tab, BottomTab::Runs, "Runs and sweep");
+        ui.selectable_value(tab, BottomTab::Inspector, "Token inspector");
+    });
+    match app.view.bottom_tab {
+        BottomTab::Runs => history_ui(app, ui),
+        BottomTab::Inspector => super::ui_inspector::inspector_ui(app, ui),
+    }
+}
+
+fn history_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     ui.columns(2, |cols| {
         runs_table_ui(app, &mut cols[0]);
         frontier_ui(app, &mut cols[1]);

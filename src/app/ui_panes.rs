@@ -1,11 +1,12 @@
 //! The comparison: two panes of text with per-token provenance, the numbers of each run, and
 //! live plots.
 
+use super::engine_thread::Pane;
 use super::view::PaneView;
-use super::MentorApp;
+use super::{MentorApp, UiCommand};
 use crate::generate::{TokenInfo, TokenSource};
 use egui::{Color32, RichText};
-use egui_plot::{Bar, BarChart, Legend, Line, Plot, PlotPoints};
+use egui_plot::{Bar, BarChart, Line, Plot, PlotPoints};
 
 /// Background colour of a token by provenance, readable in both themes.
 pub fn source_color(source: TokenSource, dark: bool) -> Option<Color32> {
@@ -49,14 +50,41 @@ pub fn token_hover_text(t: &TokenInfo) -> String {
     )
 }
 
-fn legend_ui(ui: &mut egui::Ui) {
+/// Colours of the two runs in the live plots (and their legend, drawn above the plots so that no
+/// legend covers data).
+const TARGET_COLOR: Color32 = Color32::from_rgb(70, 130, 230);
+const MENTORED_COLOR: Color32 = Color32::from_rgb(230, 120, 40);
+/// Surprise (−log p at T = 1, nats) at which the shading is darkest.
+const MAX_SURPRISE: f64 = 8.0;
+
+/// Background of a token shaded by the target's surprise at it.
+pub fn surprise_color(nll: Option<f64>, dark: bool) -> Option<Color32> {
+    let s = (nll? / MAX_SURPRISE).clamp(0.0, 1.0);
+    let alpha = ((if dark { 200.0 } else { 150.0 }) * s) as u8;
+    (alpha > 4).then(|| Color32::from_rgba_unmultiplied(220, 40, 60, alpha))
+}
+
+fn legend_ui(ui: &mut egui::Ui, shade_surprise: &mut bool) {
     let dark = ui.visuals().dark_mode;
     ui.horizontal_wrapped(|ui| {
-        for s in [TokenSource::DraftAccepted, TokenSource::CopyAccepted, TokenSource::Resampled, TokenSource::Bonus] {
-            let color = source_color(s, dark).unwrap_or(Color32::TRANSPARENT);
-            ui.label(RichText::new(format!(" {} ", source_name(s))).background_color(color));
+        if *shade_surprise {
+            ui.label("Target's surprise -log p(x):");
+            for nll in [0.0, 2.0, 4.0, 6.0, 8.0] {
+                let c = surprise_color(Some(nll), dark).unwrap_or(Color32::TRANSPARENT);
+                let text = if nll >= MAX_SURPRISE { format!(" {nll:.0}+ ") } else { format!(" {nll:.0} ") };
+                ui.label(RichText::new(text).monospace().background_color(c));
+            }
+            ui.label("nats");
+        } else {
+            for s in [TokenSource::DraftAccepted, TokenSource::CopyAccepted, TokenSource::Resampled, TokenSource::Bonus] {
+                let color = source_color(s, dark).unwrap_or(Color32::TRANSPARENT);
+                ui.label(RichText::new(format!(" {} ", source_name(s))).background_color(color));
+            }
+            ui.label(" target token (no highlight)");
         }
-        ui.label(" target token (no highlight)");
+        ui.separator();
+        ui.checkbox(shade_surprise, "shade by surprise")
+            .on_hover_text("Shade every token by −log p(x) under the target at T = 1: where following the draft wrote what the target would rarely have written. Click a token to inspect it.");
     });
 }
 
@@ -74,8 +102,22 @@ impl DiffMarks {
     }
 }
 
-fn tokens_ui(ui: &mut egui::Ui, pane: &PaneView, marks: &DiffMarks) {
+/// What a token's background says: provenance, or the target's surprise.
+#[derive(Clone, Copy)]
+enum Shading {
+    Provenance,
+    Surprise,
+}
+
+fn tokens_ui(
+    ui: &mut egui::Ui,
+    pane: &PaneView,
+    marks: &DiffMarks,
+    shading: Shading,
+    pinned: Option<usize>,
+) -> Option<usize> {
     let dark = ui.visuals().dark_mode;
+    let mut clicked = None;
     ui.horizontal_wrapped(|ui| {
         ui.spacing_mut().item_spacing = egui::vec2(0.0, 2.0);
         for (i, t) in pane.tokens.iter().enumerate() {
@@ -83,7 +125,11 @@ fn tokens_ui(ui: &mut egui::Ui, pane: &PaneView, marks: &DiffMarks) {
             while let Some(piece) = pieces.next() {
                 if !piece.is_empty() {
                     let mut rt = RichText::new(piece);
-                    if let Some(c) = source_color(t.source, dark) {
+                    let bg = match shading {
+                        Shading::Provenance => source_color(t.source, dark),
+                        Shading::Surprise => surprise_color(t.nll, dark),
+                    };
+                    if let Some(c) = bg {
                         rt = rt.background_color(c);
                     }
                     if marks.first == Some(i) {
@@ -91,7 +137,19 @@ fn tokens_ui(ui: &mut egui::Ui, pane: &PaneView, marks: &DiffMarks) {
                     } else if marks.differs(i) {
                         rt = rt.color(ui.visuals().error_fg_color);
                     }
-                    ui.add(egui::Label::new(rt).sense(egui::Sense::hover())).on_hover_text(token_hover_text(t));
+                    let r = ui.add(egui::Label::new(rt).sense(egui::Sense::click()));
+                    if pinned == Some(i) {
+                        ui.painter().rect_stroke(
+                            r.rect.expand(1.0),
+                            2.0,
+                            ui.visuals().selection.stroke,
+                            egui::StrokeKind::Outside,
+                        );
+                    }
+                    if r.clicked() {
+                        clicked = Some(i);
+                    }
+                    r.on_hover_text(token_hover_text(t));
                 }
                 if pieces.peek().is_some() {
                     ui.end_row();
@@ -102,23 +160,41 @@ fn tokens_ui(ui: &mut egui::Ui, pane: &PaneView, marks: &DiffMarks) {
             ui.weak(" …");
         }
     });
+    clicked
 }
 
-fn pane_ui(ui: &mut egui::Ui, title: &str, pane: &PaneView, marks: &DiffMarks) {
+fn pane_ui(
+    ui: &mut egui::Ui,
+    title: &str,
+    pane: &PaneView,
+    marks: &DiffMarks,
+    shading: Shading,
+    pinned: Option<usize>,
+    height: f32,
+) -> Option<usize> {
     ui.strong(title);
+    let mut clicked = None;
     egui::Frame::group(ui.style()).show(ui, |ui| {
-        ui.set_min_height(220.0);
+        ui.set_min_height(height);
         ui.set_width(ui.available_width());
-        egui::ScrollArea::vertical().id_salt(title).max_height(320.0).stick_to_bottom(true).show(ui, |ui| {
+        egui::ScrollArea::vertical().id_salt(title).max_height(height).stick_to_bottom(true).show(ui, |ui| {
             if pane.tokens.is_empty() && !pane.running {
                 ui.weak("Press Run (Ctrl/Cmd+Enter) to generate.");
             }
-            tokens_ui(ui, pane, marks);
+            clicked = tokens_ui(ui, pane, marks, shading, pinned);
         });
     });
+    clicked
 }
 
-pub fn comparison_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
+/// Height of each live plot: readable axes and lines at laptop sizes.
+pub const PLOT_HEIGHT: f32 = 200.0;
+/// The smallest height the text panes get before the central area scrolls.
+const MIN_PANE_HEIGHT: f32 = 120.0;
+
+/// The comparison. `height` is the central area's visible height: the panes take what the
+/// stats and the plots leave, so that the plots stay on screen.
+pub fn comparison_ui(app: &mut MentorApp, ui: &mut egui::Ui, height: f32) {
     let divergence = app.view.divergence();
     let differing = app.view.differing_positions();
     let marks = match app.settings.mark_divergence {
@@ -135,20 +211,33 @@ pub fn comparison_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     } else {
         format!("Mentored ({})", app.view.mentored_label)
     };
-    legend_ui(ui);
+    legend_ui(ui, &mut app.settings.shade_surprise);
+    let shading = if app.settings.shade_surprise { Shading::Surprise } else { Shading::Provenance };
+    // Title rows, the divergence line, the stats table (3 rows), the plots' legend and titles.
+    let row = ui.text_style_height(&egui::TextStyle::Body) + ui.spacing().item_spacing.y;
+    let fixed = PLOT_HEIGHT + 9.0 * row + 40.0;
+    let pane_h = (height - fixed).max(MIN_PANE_HEIGHT);
+    let pin = |pane| app.view.pinned.filter(|(p, _)| *p == pane).map(|(_, i)| i);
+    let (pin_t, pin_m) = (pin(Pane::Target), pin(Pane::Mentored));
+    let mut clicked = None;
     ui.columns(2, |cols| {
-        pane_ui(&mut cols[0], "Target only", &app.view.target, &marks);
-        pane_ui(&mut cols[1], &mentored_title, &app.view.mentored, &marks);
-    });
-    if app.settings.mark_divergence {
-        if let Some(line) = divergence_line(&app.view, divergence, differing.len()) {
-            ui.weak(line);
+        if let Some(i) = pane_ui(&mut cols[0], "Target only", &app.view.target, &marks, shading, pin_t, pane_h) {
+            clicked = Some((Pane::Target, i));
         }
+        if let Some(i) = pane_ui(&mut cols[1], &mentored_title, &app.view.mentored, &marks, shading, pin_m, pane_h) {
+            clicked = Some((Pane::Mentored, i));
+        }
+    });
+    if let Some((pane, i)) = clicked {
+        app.queue(UiCommand::Pin(pane, i));
     }
-    ui.add_space(6.0);
+    let line = match app.settings.mark_divergence {
+        true => divergence_line(&app.view, divergence, differing.len()),
+        false => None,
+    };
+    ui.weak(line.unwrap_or_default());
     stats_ui(ui, &app.view.target, &app.view.mentored);
-    ui.add_space(6.0);
-    plots_ui(ui, &app.view.target, &app.view.mentored);
+    app.view.layout.plot_rects = plots_ui(ui, &app.view.target, &app.view.mentored);
 }
 
 /// One line saying where the panes differ, or that they are identical.
@@ -170,6 +259,7 @@ fn divergence_line(view: &super::view::ViewState, first: Option<usize>, n_differ
     }
 }
 
+/// The numbers of both runs side by side: one row per run, one column per quantity.
 fn stats_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
     let num = |v: Option<f64>, digits: usize, unit: &str| match v {
         Some(x) if x.is_finite() => RichText::new(format!("{x:.digits$}{unit}")).monospace(),
@@ -183,29 +273,44 @@ fn stats_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
         (Some(t), Some(m)) if m.e2e_s > 0.0 => Some(t.e2e_s / m.e2e_s),
         _ => None,
     };
-    // (row label, target-only value, mentored value, decimals, unit)
     let copied = m.filter(|s| s.n_drafted > 0).map(|s| 100.0 * s.n_copied as f64 / s.n_drafted as f64);
-    let rows: [(&str, Option<f64>, Option<f64>, usize, &str); 9] = [
-        ("end-to-end", t.map(|s| s.e2e_s), m.map(|s| s.e2e_s), 2, " s"),
-        ("tokens / s", tok_s(t), tok_s(m), 1, ""),
-        ("speedup vs target-only", t.map(|_| 1.0), speedup, 2, "×"),
-        ("acceptance rate", None, m.map(|s| 100.0 * s.acceptance_rate), 1, " %"),
-        ("drafted tokens copied from the context", None, copied, 1, " %"),
-        ("τ (tokens per round)", None, m.map(|s| s.mean_accepted_len), 2, ""),
-        ("rounds", None, m.map(|s| s.n_rounds as f64), 0, ""),
-        ("mean target NLL (quality)", t.map(|s| s.mean_target_nll), m.map(|s| s.mean_target_nll), 3, ""),
-        ("mean realised TV(π, p)", None, m.map(|s| s.mean_tv), 3, ""),
+    // (column header, its explanation, target-only value, mentored value, decimals, unit)
+    type Column<'a> = (&'a str, &'a str, Option<f64>, Option<f64>, usize, &'a str);
+    let columns: [Column; 9] = [
+        ("e2e", "end-to-end time", t.map(|s| s.e2e_s), m.map(|s| s.e2e_s), 2, " s"),
+        ("tok/s", "tokens per second, end to end", tok_s(t), tok_s(m), 1, ""),
+        ("speedup", "speedup vs target-only", t.map(|_| 1.0), speedup, 2, "×"),
+        ("accepted", "acceptance rate of drafted tokens", None, m.map(|s| 100.0 * s.acceptance_rate), 1, "%"),
+        ("copied", "drafted tokens copied from the context", None, copied, 1, "%"),
+        ("τ", "tokens per round", None, m.map(|s| s.mean_accepted_len), 2, ""),
+        ("rounds", "draft + verify rounds", None, m.map(|s| s.n_rounds as f64), 0, ""),
+        (
+            "target NLL",
+            "mean -log p(x) under the target at T = 1 (quality: lower is closer to the target)",
+            t.map(|s| s.mean_target_nll),
+            m.map(|s| s.mean_target_nll),
+            3,
+            "",
+        ),
+        ("TV(π,p)", "mean realised TV(π, p): what the budget bought", None, m.map(|s| s.mean_tv), 3, ""),
     ];
-    const WIDTHS: [f32; 3] = [250.0, 90.0, 90.0];
-    super::table_row(ui, &WIDTHS, false, |i, ui| {
-        ui.strong(["", "Target only", "Mentored"][i]);
+    let mut widths = vec![100.0];
+    widths.extend([70.0, 58.0, 62.0, 70.0, 60.0, 50.0, 56.0, 80.0, 68.0]);
+    super::table_row(ui, &widths, false, |i, ui| match i {
+        0 => {}
+        i => {
+            let (name, help, ..) = columns[i - 1];
+            ui.strong(name).on_hover_text(help);
+        }
     });
-    for (row, (label, target_value, mentored_value, digits, unit)) in rows.into_iter().enumerate() {
-        super::table_row(ui, &WIDTHS, row % 2 == 0, |i, ui| {
+    for (row, name) in ["Target only", "Mentored"].into_iter().enumerate() {
+        super::table_row(ui, &widths, row == 0, |i, ui| {
             let text = match i {
-                0 => RichText::new(label),
-                1 => num(target_value, digits, unit),
-                _ => num(mentored_value, digits, unit),
+                0 => RichText::new(name),
+                i => {
+                    let (_, _, tv, mv, digits, unit) = columns[i - 1];
+                    num(if row == 0 { tv } else { mv }, digits, unit)
+                }
             };
             ui.add(egui::Label::new(text).truncate());
         });
@@ -215,41 +320,48 @@ fn stats_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
 /// Seconds over which the live rate plot counts tokens.
 const RATE_WINDOW_S: f64 = 0.5;
 
-fn plots_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
+fn plots_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) -> Vec<egui::Rect> {
     let progress = |p: &PaneView| -> Vec<[f64; 2]> {
         std::iter::once([0.0, 0.0]).chain(p.token_times.iter().enumerate().map(|(i, &t)| [t, (i + 1) as f64])).collect()
     };
-    let h = 170.0;
+    ui.horizontal(|ui| {
+        ui.label(RichText::new("— target only").color(TARGET_COLOR).strong());
+        ui.label(RichText::new("— mentored").color(MENTORED_COLOR).strong());
+    });
+    let mut rects = Vec::new();
     // The wheel scrolls the page, not the plots: over a plot it panned the live data out of view.
     ui.columns(3, |cols| {
         cols[0].label("Tokens generated vs seconds");
-        Plot::new("progress").height(h).allow_scroll(false).legend(Legend::default()).x_axis_label("s").show(
-            &mut cols[0],
-            |p| {
-                p.line(Line::new("target only", PlotPoints::new(progress(target))));
-                p.line(Line::new("mentored", PlotPoints::new(progress(mentored))));
-            },
-        );
+        let r =
+            Plot::new("progress").height(PLOT_HEIGHT).allow_scroll(false).x_axis_label("s").show(&mut cols[0], |p| {
+                p.line(Line::new("target only", PlotPoints::new(progress(target))).color(TARGET_COLOR));
+                p.line(Line::new("mentored", PlotPoints::new(progress(mentored))).color(MENTORED_COLOR));
+            });
+        rects.push(r.response.rect);
         cols[1].label(format!("Tokens / s (last {RATE_WINDOW_S} s)"));
-        Plot::new("rate").height(h).allow_scroll(false).legend(Legend::default()).x_axis_label("s").show(
-            &mut cols[1],
-            |p| {
-                p.line(Line::new("target only", PlotPoints::new(target.rolling_tok_s(RATE_WINDOW_S))));
-                p.line(Line::new("mentored", PlotPoints::new(mentored.rolling_tok_s(RATE_WINDOW_S))));
-            },
-        );
-        cols[2].label("Accepted / drafted per round");
-        Plot::new("acceptance").height(h).allow_scroll(false).x_axis_label("round").include_y(0.0).include_y(1.0).show(
-            &mut cols[2],
-            |p| {
+        let r = Plot::new("rate").height(PLOT_HEIGHT).allow_scroll(false).x_axis_label("s").show(&mut cols[1], |p| {
+            let rate = |v: &PaneView| PlotPoints::new(v.rolling_tok_s(RATE_WINDOW_S));
+            p.line(Line::new("target only", rate(target)).color(TARGET_COLOR));
+            p.line(Line::new("mentored", rate(mentored)).color(MENTORED_COLOR));
+        });
+        rects.push(r.response.rect);
+        cols[2].label("Accepted / drafted per round (mentored)");
+        let r = Plot::new("acceptance")
+            .height(PLOT_HEIGHT)
+            .allow_scroll(false)
+            .x_axis_label("round")
+            .include_y(0.0)
+            .include_y(1.0)
+            .show(&mut cols[2], |p| {
                 let bars: Vec<Bar> = mentored
                     .rounds
                     .iter()
                     .filter(|(r, _)| r.n_proposed > 0)
                     .map(|(r, _)| Bar::new(r.index as f64, r.n_accepted as f64 / r.n_proposed as f64).width(0.8))
                     .collect();
-                p.bar_chart(BarChart::new("acceptance", bars));
-            },
-        );
+                p.bar_chart(BarChart::new("acceptance", bars).color(MENTORED_COLOR));
+            });
+        rects.push(r.response.rect);
     });
+    rects
 }

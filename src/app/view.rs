@@ -143,9 +143,28 @@ pub struct ModelsView {
     pub progress: Option<(String, Option<f32>)>,
 }
 
+/// What the bottom panel shows.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum BottomTab {
+    #[default]
+    Runs,
+    Inspector,
+}
+
+/// Where the last frame drew what the layout promises (read by the layout tests).
+#[derive(Debug, Default, Clone)]
+pub struct LayoutProbe {
+    /// The three live plots' rectangles.
+    pub plot_rects: Vec<egui::Rect>,
+}
+
 /// Everything the UI shows that is not a setting.
 #[derive(Debug, Default)]
 pub struct ViewState {
+    /// The token pinned in the inspector: its pane and output position.
+    pub pinned: Option<(Pane, usize)>,
+    pub bottom_tab: BottomTab,
+    pub layout: LayoutProbe,
     /// The run whose events are shown; events of any other run are stale and dropped.
     pub current_run: Option<u64>,
     pub target: PaneView,
@@ -198,6 +217,9 @@ impl ViewState {
                 }
             }
             EngineEvent::Started { run_id, pane } if is_current(run_id) => {
+                if self.pinned.is_some_and(|(p, _)| p == pane) {
+                    self.pinned = None;
+                }
                 let p = self.pane_mut(pane);
                 *p = PaneView { running: true, ..PaneView::default() };
             }
@@ -245,6 +267,16 @@ impl ViewState {
             _ => self.n_stale_dropped += 1,
         }
         None
+    }
+
+    /// The pinned token, if it is still there.
+    pub fn pinned_token(&self) -> Option<(Pane, &PaneView, &crate::generate::TokenInfo)> {
+        let (pane, i) = self.pinned?;
+        let view = match pane {
+            Pane::Target => &self.target,
+            Pane::Mentored => &self.mentored,
+        };
+        view.tokens.get(i).map(|t| (pane, view, t))
     }
 
     /// Every output position where both panes have a token and the tokens differ. With the
