@@ -36,6 +36,8 @@ fn real_engine_fills_both_panes() {
     let mut app = MentorApp::new(settings, Vec::new(), engine_thread::spawn(None), Box::new(NoDialogs));
     wait_until(&mut app, "models to load", |a| a.view.models.target.is_some() && !a.view.models.loading);
     assert!(app.view.models.draft.is_some(), "the default draft loads with the default target: {:?}", app.view.error);
+    let title = app.window_title();
+    assert!(title.starts_with("Mentor Lab — ") && title.contains(" + "), "the title names the pair: {title}");
     app.queue(UiCommand::Run);
     app.apply_queued();
     wait_until(&mut app, "the run to finish", |a| !a.view.busy());

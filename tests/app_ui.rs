@@ -698,3 +698,15 @@ fn clicking_a_token_pins_the_inspector() {
     assert!(h.query_by_label_contains("The draft proposed").is_none());
     h.get_by_label("\"alt2\"");
 }
+
+/// Cmd/Ctrl + zooms the UI and the factor goes into the saved settings.
+#[test]
+fn keyboard_zoom_is_kept_in_the_settings() {
+    let (app, _rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = harness(app);
+    h.run_steps(2);
+    assert_eq!(h.state().settings.zoom, 1.0);
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Plus);
+    h.run_steps(3);
+    assert!(h.state().settings.zoom > 1.0, "zoom {}", h.state().settings.zoom);
+}

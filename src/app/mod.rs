@@ -75,6 +75,8 @@ pub struct MentorApp {
     /// Where the last export went (shown as a confirmation).
     pub last_export: Option<PathBuf>,
     pub show_about: bool,
+    /// The window title last sent (it names the loaded pair).
+    title: String,
     /// Settings and history on disk; `None` where the app runs without saving (tests).
     pub persist: Option<storage::Persist>,
     /// Frames drawn, and the last sample of the process's CPU time (see [`Self::pace_frames`]).
@@ -98,6 +100,7 @@ impl MentorApp {
             queued: Vec::new(),
             last_export: None,
             show_about: false,
+            title: String::new(),
             persist: None,
             frames: 0,
             cpu_sample: None,
@@ -117,6 +120,7 @@ impl MentorApp {
             || cc.storage.and_then(|s| eframe::get_value(s, HISTORY_KEY)),
         );
         panels_by_clearing(&cc.egui_ctx);
+        cc.egui_ctx.set_zoom_factor(restored.settings.zoom.clamp(0.5, 3.0));
         let engine = engine_thread::spawn(Some(cc.egui_ctx.clone()));
         let mut app = Self::new(restored.settings, restored.history, engine, Box::new(NativeDialogs));
         app.persist = Some(restored.persist);
@@ -313,10 +317,30 @@ impl MentorApp {
     }
 
     /// One frame: events in, widgets drawn, queued commands applied.
+    /// "Mentor Lab — target + draft", with the loaded models' names.
+    pub fn window_title(&self) -> String {
+        let m = &self.view.models;
+        match (&m.target, &m.draft) {
+            (Some((t, _)), Some((d, _))) => format!("Mentor Lab — {} + {}", t.name, d.name),
+            (Some((t, _)), None) => format!("Mentor Lab — {}", t.name),
+            _ => "Mentor Lab".to_string(),
+        }
+    }
+
     pub fn frame_ui(&mut self, ui: &mut egui::Ui) {
         self.poll_engine();
         let ctx = ui.ctx().clone();
         set_animations(&ctx, !self.view.busy());
+        // Cmd/Ctrl + and − zoom (egui's own shortcuts); the factor is kept with the settings.
+        let zoom = ctx.zoom_factor();
+        if (zoom - self.settings.zoom).abs() > 1e-3 {
+            self.settings.zoom = zoom;
+        }
+        let title = self.window_title();
+        if title != self.title {
+            ctx.send_viewport_cmd(egui::ViewportCommand::Title(title.clone()));
+            self.title = title;
+        }
         if ctx.input(|i| i.modifiers.command && i.key_pressed(egui::Key::Enter)) {
             self.queue(UiCommand::Run);
         }
