@@ -85,3 +85,40 @@ fn zero_budget_panes_read_identically() {
         app.view.mentored.tokens.iter().filter(|t| t.source == mentor_lab::TokenSource::DraftAccepted).count();
     assert!(from_draft > 0, "no drafted token was accepted");
 }
+
+/// The article's experiment runs end to end on the default pair (small token counts) and fills
+/// its table: every configuration once per seed, speedups paired with target-only's runs.
+#[test]
+fn the_articles_experiment_fills_its_table() {
+    let settings = Settings {
+        max_tokens: 6,
+        prompt: "Write a haiku about autumn.".into(),
+        experiment_seeds: 2,
+        experiment_repeats: 1,
+        ..Settings::default()
+    };
+    let mut app = MentorApp::new(settings, Vec::new(), engine_thread::spawn(None), Box::new(NoDialogs));
+    wait_until(&mut app, "models to load", |a| a.view.models.target.is_some() && !a.view.models.loading);
+    app.queue(UiCommand::Experiment);
+    app.apply_queued();
+    assert_eq!(app.view.experiment.plan.len(), 1 + 7 * 2);
+    wait_until(&mut app, "the experiment to finish", |a| a.view.experiment.run_id.is_none());
+    assert!(app.view.error.is_none(), "{:?}", app.view.error);
+    assert_eq!(app.view.experiment.done(), 15);
+    let rows = app.view.experiment.summary();
+    let labels: Vec<&str> = rows.iter().map(|r| r.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        ["target", "fixed=4,tv=1", "fixed=6,tv=1", "fixed=8,tv=1", "fixed=8,tv=0.75", "fixed=8,tv=0.5", "auto,tv=0"]
+    );
+    for r in &rows {
+        assert_eq!(r.n_runs, 2, "{r:?}");
+        let [lo, q1, m, q3, hi] = r.speedup.expect("paired with target-only");
+        assert!(lo <= q1 && q1 <= m && m <= q3 && q3 <= hi && lo > 0.0, "{r:?}");
+        assert!(r.median_e2e_s > 0.0 && r.mean_target_nll > 0.0);
+        assert_eq!(r.acceptance.is_some(), r.label != "target");
+    }
+    // At TV 1 every drafted token is accepted.
+    assert_eq!(rows[3].acceptance, Some(1.0));
+    assert!(rows[0].speedup.is_some_and(|s| s.iter().all(|&x| (x - 1.0).abs() < 1e-12)));
+}

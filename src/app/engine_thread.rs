@@ -38,6 +38,14 @@ pub struct FoundModel {
     pub tokenizer_fingerprint: u64,
 }
 
+/// One run of an experiment: its configuration's label, which repeat it belongs to, the request.
+#[derive(Debug, Clone)]
+pub struct ExperimentRun {
+    pub label: String,
+    pub repeat: usize,
+    pub req: GenerateRequest,
+}
+
 #[derive(Debug, Clone)]
 pub enum EngineCommand {
     Load(ModelChoice),
@@ -49,6 +57,13 @@ pub enum EngineCommand {
         run_id: u64,
         target: Option<GenerateRequest>,
         mentored: GenerateRequest,
+        cancel: Arc<AtomicBool>,
+    },
+    /// Labelled runs one after another, each reported when it ends (the article's experiment:
+    /// configurations × seeds × repeats, built by the UI).
+    Experiment {
+        run_id: u64,
+        runs: Vec<ExperimentRun>,
         cancel: Arc<AtomicBool>,
     },
     /// Target-only once, then every (budget, draft length) of the grid on the same prompt and seed.
@@ -106,6 +121,12 @@ pub enum EngineEvent {
         run_id: u64,
         done: usize,
         total: usize,
+    },
+    /// One experiment run ended; `index` is its place in the command's list.
+    ExperimentResult {
+        run_id: u64,
+        index: usize,
+        stats: Stats,
     },
     /// Everything asked for by `run_id` is over (finished, stopped or failed).
     Done {
@@ -202,6 +223,7 @@ impl FramePacer {
                 | EngineEvent::Finished { .. }
                 | EngineEvent::SweepPoint { .. }
                 | EngineEvent::SweepProgress { .. }
+                | EngineEvent::ExperimentResult { .. }
         );
         match (mid_run, self.undrawn.load(Ordering::Relaxed)) {
             (false, _) => Some(Duration::ZERO),
@@ -305,6 +327,18 @@ impl Worker {
                     }
                     if !cancel.load(Ordering::Relaxed) {
                         self.run_one(run_id, Pane::Mentored, &mentored, &cancel, out);
+                    }
+                    self.current_run = None;
+                    out.send(EngineEvent::Done { run_id });
+                }
+                EngineCommand::Experiment { run_id, runs, cancel } => {
+                    self.current_run = Some(run_id);
+                    for (index, run) in runs.iter().enumerate() {
+                        if cancel.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let Some(stats) = self.run_silent(&run.req, &cancel, out, run_id) else { break };
+                        out.send(EngineEvent::ExperimentResult { run_id, index, stats });
                     }
                     self.current_run = None;
                     out.send(EngineEvent::Done { run_id });

@@ -7,6 +7,7 @@ pub mod measure;
 pub mod settings;
 pub mod storage;
 mod ui_controls;
+mod ui_experiment;
 mod ui_history;
 mod ui_inspector;
 mod ui_models;
@@ -55,6 +56,8 @@ pub enum UiCommand {
     ExportCsv,
     ExportJson,
     ClearHistory,
+    /// Run the article's experiment on the current prompt and settings.
+    Experiment,
     /// Pin a token in the inspector (its pane and output position).
     Pin(engine_thread::Pane, usize),
 }
@@ -224,6 +227,7 @@ impl MentorApp {
                     }
                 }
                 UiCommand::Sweep => self.start_sweep(),
+                UiCommand::Experiment => self.start_experiment(),
                 UiCommand::Load(choice) => {
                     self.settings.models = choice.clone();
                     self.view.models.loading = true;
@@ -316,7 +320,21 @@ impl MentorApp {
         self.send(EngineCommand::Sweep { run_id, base, budgets, draft_lens, cancel });
     }
 
-    /// One frame: events in, widgets drawn, queued commands applied.
+    fn start_experiment(&mut self) {
+        let (run_id, cancel) = self.new_run();
+        let base = self.settings.mentored_request();
+        let (seeds, repeats) =
+            (self.settings.experiment_seeds.clamp(1, 50), self.settings.experiment_repeats.clamp(1, 20));
+        let runs = view::ExperimentView::plan_runs(&base, seeds, repeats);
+        self.view.experiment = view::ExperimentView {
+            run_id: Some(run_id),
+            plan: runs.iter().map(|r| (r.label.clone(), r.repeat, r.req.seed)).collect(),
+            results: vec![None; runs.len()],
+        };
+        self.view.bottom_tab = view::BottomTab::Experiment;
+        self.send(EngineCommand::Experiment { run_id, runs, cancel });
+    }
+
     /// "Mentor Lab — target + draft", with the loaded models' names.
     pub fn window_title(&self) -> String {
         let m = &self.view.models;
@@ -327,6 +345,7 @@ impl MentorApp {
         }
     }
 
+    /// One frame: events in, widgets drawn, queued commands applied.
     pub fn frame_ui(&mut self, ui: &mut egui::Ui) {
         self.poll_engine();
         let ctx = ui.ctx().clone();

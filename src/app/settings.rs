@@ -36,6 +36,9 @@ pub struct Settings {
     pub shade_surprise: bool,
     /// The UI's zoom factor (Cmd/Ctrl + and −), kept across restarts.
     pub zoom: f32,
+    /// The article's experiment: seeds per configuration and repeats of the whole table.
+    pub experiment_seeds: u64,
+    pub experiment_repeats: usize,
     /// Sweep grid, as typed: comma-separated budgets and draft lengths (`auto` allowed).
     pub sweep_budgets: String,
     pub sweep_lens: String,
@@ -63,6 +66,8 @@ impl Default for Settings {
             mark_divergence: true,
             shade_surprise: false,
             zoom: 1.0,
+            experiment_seeds: 3,
+            experiment_repeats: 1,
             sweep_budgets: "0, 0.25, 0.5, 0.75, 1".into(),
             sweep_lens: "4, 8".into(),
         }

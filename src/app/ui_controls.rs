@@ -19,7 +19,7 @@ fn labelled<T: egui::emath::Numeric>(
 }
 
 pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
-    let busy = app.view.busy() || app.view.sweep.run_id.is_some();
+    let busy = app.view.busy() || app.view.sweep.run_id.is_some() || app.view.experiment.run_id.is_some();
     let s = &mut app.settings;
     ui.heading("Prompt");
     ui.horizontal_wrapped(|ui| {

@@ -12,10 +12,12 @@ pub fn bottom_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         let tab = &mut app.view.bottom_tab;
         ui.selectable_value(tab, BottomTab::Runs, "Runs and sweep");
         ui.selectable_value(tab, BottomTab::Inspector, "Token inspector");
+        ui.selectable_value(tab, BottomTab::Experiment, "The article's experiment");
     });
     match app.view.bottom_tab {
         BottomTab::Runs => history_ui(app, ui),
         BottomTab::Inspector => super::ui_inspector::inspector_ui(app, ui),
+        BottomTab::Experiment => super::ui_experiment::experiment_ui(app, ui),
     }
 }
 

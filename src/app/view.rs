@@ -1,8 +1,8 @@
 //! Runtime view state: what the panes, plots and tables show, built from engine events. No model
 //! math here; the engine computed every number.
 
-use super::engine_thread::{EngineEvent, Pane};
-use crate::generate::{DraftLen, GenerateRequest, RoundInfo, Stats, TokenInfo};
+use super::engine_thread::{EngineEvent, ExperimentRun, Pane};
+use crate::generate::{DraftLen, GenerateRequest, Mode, RoundInfo, Stats, TokenInfo};
 use crate::gguf::ModelInfo;
 use serde::{Deserialize, Serialize};
 
@@ -143,12 +143,154 @@ pub struct ModelsView {
     pub progress: Option<(String, Option<f32>)>,
 }
 
+/// Label of the experiment's warm-up run (left out of its table).
+pub const WARM_UP: &str = "warm-up";
+
+/// The article's experiment: the runs sent to the engine and their results so far.
+#[derive(Debug, Default)]
+pub struct ExperimentView {
+    pub run_id: Option<u64>,
+    /// (configuration label, repeat, seed) of every run, in the order sent.
+    pub plan: Vec<(String, usize, u64)>,
+    /// The stats of each run of `plan` that has ended.
+    pub results: Vec<Option<Stats>>,
+}
+
+/// One configuration's line of the experiment table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExperimentRow {
+    pub label: String,
+    pub n_runs: usize,
+    /// Accepted / drafted over all its runs (None for target-only).
+    pub acceptance: Option<f64>,
+    pub mean_rounds: Option<f64>,
+    pub median_e2e_s: f64,
+    /// Target-only's time over this configuration's, paired by (repeat, seed): minimum, lower
+    /// quartile, median, upper quartile, maximum.
+    pub speedup: Option<[f64; 5]>,
+    pub mean_target_nll: f64,
+}
+
+/// The `q`-quantile of sorted values, interpolated between neighbours.
+fn quantile_sorted(v: &[f64], q: f64) -> f64 {
+    let at = q.clamp(0.0, 1.0) * (v.len().saturating_sub(1)) as f64;
+    let (lo, hi) = (at.floor() as usize, at.ceil() as usize);
+    match (v.get(lo), v.get(hi)) {
+        (Some(&a), Some(&b)) => a + (b - a) * (at - lo as f64),
+        _ => f64::NAN,
+    }
+}
+
+/// The article's configurations: target-only, fixed k = 4/6/8 at TV 1, fixed 8 at TV 0.75 and
+/// 0.5, and lossless adaptive drafting: (label, mode, draft length, TV budget).
+pub const ARTICLE_CONFIGS: [(&str, Mode, DraftLen, f64); 7] = [
+    ("target", Mode::Target, DraftLen::Fixed(1), 0.0),
+    ("fixed=4,tv=1", Mode::Speculative, DraftLen::Fixed(4), 1.0),
+    ("fixed=6,tv=1", Mode::Speculative, DraftLen::Fixed(6), 1.0),
+    ("fixed=8,tv=1", Mode::Speculative, DraftLen::Fixed(8), 1.0),
+    ("fixed=8,tv=0.75", Mode::Speculative, DraftLen::Fixed(8), 0.75),
+    ("fixed=8,tv=0.5", Mode::Speculative, DraftLen::Fixed(8), 0.5),
+    ("auto,tv=0", Mode::Speculative, DraftLen::Auto, 0.0),
+];
+
+/// The published numbers (Qwen2.5 7B + 0.5B on an Apple M2, creative prompt, T = 0.7, 256
+/// tokens): (configuration, median end-to-end seconds, acceptance).
+pub const ARTICLE_REFERENCE: [(&str, f64, Option<f64>); 4] = [
+    ("target", 20.97, None),
+    ("fixed=4,tv=1", 24.43, None),
+    ("fixed=8,tv=1", 18.51, None),
+    ("fixed=8,tv=0.75", 18.82, Some(0.934)),
+];
+
+impl ExperimentView {
+    /// The runs of the experiment on `base` (prompt, sampling, length, coupling): one warm-up,
+    /// then for each repeat and seed every configuration in turn, starting one later each time
+    /// so that drift in the machine's speed spreads over all of them. Seeds are base.seed + i.
+    pub fn plan_runs(base: &GenerateRequest, seeds: u64, repeats: usize) -> Vec<ExperimentRun> {
+        let config = |i: usize, seed: u64, repeat: usize, label: &str| {
+            let (_, mode, draft_len, budget) = ARTICLE_CONFIGS[i];
+            let req = GenerateRequest {
+                mode,
+                draft_len,
+                budget,
+                rule: crate::mentor::MentorRule::Tv,
+                seed,
+                ignore_eos: true,
+                ..base.clone()
+            };
+            ExperimentRun { label: label.to_string(), repeat, req }
+        };
+        let mut runs = vec![config(4, base.seed.wrapping_add(1_000_003), 0, WARM_UP)];
+        let n = ARTICLE_CONFIGS.len();
+        for repeat in 0..repeats {
+            for s in 0..seeds {
+                let shift = (repeat * seeds as usize + s as usize) % n;
+                for i in (0..n).map(|i| (i + shift) % n) {
+                    runs.push(config(i, base.seed.wrapping_add(s), repeat, ARTICLE_CONFIGS[i].0));
+                }
+            }
+        }
+        runs
+    }
+
+    pub fn done(&self) -> usize {
+        self.results.iter().filter(|r| r.is_some()).count()
+    }
+
+    /// The table: one row per configuration, in the order of the plan, warm-up left out.
+    pub fn summary(&self) -> Vec<ExperimentRow> {
+        let runs: Vec<(&(String, usize, u64), &Stats)> =
+            self.plan.iter().zip(&self.results).filter_map(|(p, r)| r.as_ref().map(|s| (p, s))).collect();
+        let mut labels: Vec<&str> = Vec::new();
+        for (label, ..) in &self.plan {
+            if label != WARM_UP && !labels.contains(&label.as_str()) {
+                labels.push(label);
+            }
+        }
+        let target_e2e = |repeat: usize, seed: u64| {
+            runs.iter().find(|((l, r, s), _)| l == "target" && *r == repeat && *s == seed).map(|(_, st)| st.e2e_s)
+        };
+        labels
+            .into_iter()
+            .filter_map(|label| {
+                let mine: Vec<_> = runs.iter().filter(|((l, ..), _)| l == label).collect();
+                if mine.is_empty() {
+                    return None;
+                }
+                let mut e2e: Vec<f64> = mine.iter().map(|(_, s)| s.e2e_s).collect();
+                e2e.sort_by(f64::total_cmp);
+                let mut ratios: Vec<f64> = mine
+                    .iter()
+                    .filter_map(|((_, r, s), st)| target_e2e(*r, *s).map(|t| t / st.e2e_s))
+                    .filter(|x| x.is_finite())
+                    .collect();
+                ratios.sort_by(f64::total_cmp);
+                let drafted: usize = mine.iter().map(|(_, s)| s.n_drafted).sum();
+                let accepted: usize = mine.iter().map(|(_, s)| s.n_accepted).sum();
+                let n = mine.len() as f64;
+                let speculative = label != "target";
+                Some(ExperimentRow {
+                    label: label.to_string(),
+                    n_runs: mine.len(),
+                    acceptance: (speculative && drafted > 0).then(|| accepted as f64 / drafted as f64),
+                    mean_rounds: speculative.then(|| mine.iter().map(|(_, s)| s.n_rounds as f64).sum::<f64>() / n),
+                    median_e2e_s: quantile_sorted(&e2e, 0.5),
+                    speedup: (!ratios.is_empty())
+                        .then(|| [0.0, 0.25, 0.5, 0.75, 1.0].map(|q| quantile_sorted(&ratios, q))),
+                    mean_target_nll: mine.iter().map(|(_, s)| s.mean_target_nll).sum::<f64>() / n,
+                })
+            })
+            .collect()
+    }
+}
+
 /// What the bottom panel shows.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub enum BottomTab {
     #[default]
     Runs,
     Inspector,
+    Experiment,
 }
 
 /// Where the last frame drew what the layout promises (read by the layout tests).
@@ -165,6 +307,7 @@ pub struct ViewState {
     pub pinned: Option<(Pane, usize)>,
     pub bottom_tab: BottomTab,
     pub layout: LayoutProbe,
+    pub experiment: ExperimentView,
     /// The run whose events are shown; events of any other run are stale and dropped.
     pub current_run: Option<u64>,
     pub target: PaneView,
@@ -192,7 +335,9 @@ impl ViewState {
 
     /// Apply one engine event. Returns a finished comparison's mentored stats (for the history).
     pub fn apply(&mut self, ev: EngineEvent) -> Option<(Pane, Stats)> {
-        let is_current = |id: u64| self.current_run == Some(id) || self.sweep.run_id == Some(id);
+        let is_current = |id: u64| {
+            self.current_run == Some(id) || self.sweep.run_id == Some(id) || self.experiment.run_id == Some(id)
+        };
         match ev {
             EngineEvent::Progress { message, fraction } => {
                 self.models.progress = Some((message, fraction));
@@ -249,6 +394,11 @@ impl ViewState {
             {
                 self.sweep.points.push(SweepPoint { label, budget, draft_len, stats });
             }
+            EngineEvent::ExperimentResult { run_id, index, stats } if self.experiment.run_id == Some(run_id) => {
+                if let Some(slot) = self.experiment.results.get_mut(index) {
+                    *slot = Some(stats);
+                }
+            }
             EngineEvent::SweepProgress { run_id, done, total } if self.sweep.run_id == Some(run_id) => {
                 self.sweep.done = done;
                 self.sweep.total = total;
@@ -260,6 +410,8 @@ impl ViewState {
                     self.mentored.running = false;
                 } else if self.sweep.run_id == Some(run_id) {
                     self.sweep.run_id = None;
+                } else if self.experiment.run_id == Some(run_id) {
+                    self.experiment.run_id = None;
                 } else {
                     self.n_stale_dropped += 1;
                 }
