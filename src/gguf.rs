@@ -289,7 +289,7 @@ fn read_config(path: &Path, content: &Content) -> Result<ModelConfig> {
             "impossible sizes: width {n_embd}, feed-forward {n_ff}, vocabulary {n_vocab}, head width {head_dim}"
         )));
     }
-    if !(rope_theta.is_finite() && rope_theta > 0.0) || !(rms_eps.is_finite() && rms_eps >= 0.0) {
+    if !rope_theta.is_finite() || rope_theta <= 0.0 || !rms_eps.is_finite() || rms_eps < 0.0 {
         return Err(corrupt(format!("RoPE base {rope_theta} or RMS epsilon {rms_eps} is not a usable number")));
     }
     Ok(ModelConfig { arch, n_layer, n_embd, n_head, n_kv_head, head_dim, n_ff, n_vocab, n_ctx, rope_theta, rms_eps })

@@ -238,7 +238,8 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// The regions of a GGUF header worth most mutations: the fixed header and the small metadata at
 /// the front, the start of each token list, and the tensor infos at the end.
 fn hot_regions(bytes: &[u8], header_len: usize) -> Vec<Range<usize>> {
-    let mut hot = vec![0..1024.min(header_len)];
+    let mut hot = Vec::new();
+    hot.push(0..1024.min(header_len));
     for key in [
         &b"tokenizer.ggml.tokens"[..],
         b"tokenizer.ggml.merges",

@@ -20,7 +20,7 @@ fn run(i: u64) -> RunRecord {
         rounds: 12,
         e2e_s: 1.25,
         tok_s: 80.0,
-        speedup: if i % 2 == 0 { f64::NAN } else { 1.5 },
+        speedup: if i.is_multiple_of(2) { f64::NAN } else { 1.5 },
         target_nll: 2.0,
         mean_tv: 0.1,
     }

@@ -310,7 +310,7 @@ pub fn read_content(r: &mut impl Read, file_size: u64) -> HResult<Content> {
 /// but its last tensors point past the end: caught here rather than deep inside loading.
 fn check_tensor_extent(content: &Content, file_size: u64) -> HResult<()> {
     for (name, info) in &content.tensor_infos {
-        let n_bytes = tensor_bytes(info.shape.dims(), info.ggml_dtype).or_else(|e| corrupt(e))?;
+        let n_bytes = tensor_bytes(info.shape.dims(), info.ggml_dtype).or_else(corrupt)?;
         let end = content.tensor_data_offset.checked_add(info.offset).and_then(|s| s.checked_add(n_bytes));
         match end {
             Some(end) if end <= file_size => {}
