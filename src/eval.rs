@@ -96,6 +96,9 @@ fn step_time(m: &mut LoadedModel, ctx: &[u32], n: usize) -> Result<f64> {
     Ok(times[n / 2])
 }
 
+/// Logit rows, one per position.
+type Rows = Vec<Vec<f32>>;
+
 /// The target's logits of every position of `ids` but the last, and a feature draft's where it
 /// drafts the token after them (positions from `n_prompt − 1`, read from the target's settled
 /// features as in a run; rows before are left empty).
@@ -104,7 +107,7 @@ fn feature_rows(
     draft: &mut LoadedModel,
     ids: &[u32],
     n_prompt: usize,
-) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>)> {
+) -> Result<(Rows, Rows)> {
     let spec =
         draft.model.feature_spec().cloned().ok_or_else(|| EngineError::InvalidSetting("not a feature draft".into()))?;
     draft.model.borrow_embedding(&target.model)?;

@@ -17,6 +17,9 @@
 //! chunk of blocks takes block i, then the 8 lanes are summed as `hsum256` does). The portable
 //! path (and NEON's on Arm) adds block by block; tests hold it to the SIMD results within 1e-3.
 
+// The kernels walk several arrays (rows, blocks, lanes) with one counter.
+#![allow(clippy::needless_range_loop)]
+
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod amx;
 /// Without AMX there is no tile layout to build.
@@ -657,7 +660,7 @@ impl Q8Matrix {
 
     /// Quantize an f32 matrix given row-major `(n_out, n_in)`; `n_in` must be a multiple of 32.
     pub fn from_f32(w: &[f32], n_out: usize, n_in: usize) -> Option<Q8Matrix> {
-        if n_in % BLOCK != 0 || w.len() != n_out * n_in {
+        if !n_in.is_multiple_of(BLOCK) || w.len() != n_out * n_in {
             return None;
         }
         let r = quantize_rows(w, n_out, n_in);
@@ -666,7 +669,7 @@ impl Q8Matrix {
 
     /// Repack GGML Q8_0 bytes (as in a GGUF file or candle's QTensor) for `(n_out, n_in)`.
     pub fn from_ggml_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q8Matrix> {
-        if n_in % BLOCK != 0 || bytes.len() != n_out * n_in / BLOCK * GGML_Q8_0_BYTES {
+        if !n_in.is_multiple_of(BLOCK) || bytes.len() != n_out * n_in / BLOCK * GGML_Q8_0_BYTES {
             return None;
         }
         let n_blocks = n_out * n_in / BLOCK;
@@ -1146,7 +1149,7 @@ impl Q4Matrix {
     /// Repack GGML Q4_1 (`min = true`: f16 d, f16 m, 16 bytes) or Q4_0 (f16 d, 16 bytes) bytes.
     pub fn from_ggml_bytes(bytes: &[u8], n_out: usize, n_in: usize, min: bool) -> Option<Q4Matrix> {
         let block_bytes = if min { 20 } else { 18 };
-        if n_in % BLOCK != 0 || bytes.len() != n_out * n_in / BLOCK * block_bytes {
+        if !n_in.is_multiple_of(BLOCK) || bytes.len() != n_out * n_in / BLOCK * block_bytes {
             return None;
         }
         let n_blocks = n_out * n_in / BLOCK;
@@ -1543,8 +1546,8 @@ mod tests {
         for (n_out, n_in) in [(100, 256), (101, 576), (37, 480), (35, 64)] {
             let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 1), n_out, n_in).unwrap();
             let q4 = Q4Matrix::from_ggml_bytes(&q4_1_bytes(n_out, n_in, 1), n_out, n_in, true).unwrap();
-            let kernels: [(&str, &dyn Fn(&[f32], usize) -> Vec<f32>); 2] =
-                [("q8_0", &|x, n| q8.matmul(x, n)), ("q4_1", &|x, n| q4.matmul(x, n))];
+            type Matmul<'a> = &'a dyn Fn(&[f32], usize) -> Vec<f32>;
+            let kernels: [(&str, Matmul); 2] = [("q8_0", &|x, n| q8.matmul(x, n)), ("q4_1", &|x, n| q4.matmul(x, n))];
             for (name, matmul) in kernels {
                 for n_rows in [1, 2, 3, 4, 5, 7, 9, 17] {
                     let x = pseudo_random(n_rows * n_in, 2 + n_rows as u64);

@@ -595,7 +595,9 @@ impl Transformer {
     /// tapped residual streams (`(n, taps · n_embd)`, [`Self::last_taps`]).
     pub fn lift_features(&self, f: &[f32], taps: &[f32]) -> Result<Vec<f32>> {
         let fi = self.feature_input()?;
-        if f.len() % fi.target_embd != 0 || taps.len() != f.len() / fi.target_embd * fi.target_embd * fi.taps.len() {
+        if !f.len().is_multiple_of(fi.target_embd)
+            || taps.len() != f.len() / fi.target_embd * fi.target_embd * fi.taps.len()
+        {
             return Err(EngineError::InvalidSetting(
                 "feature draft: target hidden states and taps do not match".into(),
             ));

@@ -169,8 +169,8 @@ fn tv_rule_edge_cases() {
     let q = vec![0.1, 0.1, 0.8];
     let m = mix_tv(&p, &q, 1.0);
     assert_eq!(m.pi_mixed, q);
-    for x in 0..3 {
-        assert_eq!(accept_probability(m.pi_mixed[x], q[x]), 1.0);
+    for (&pi_x, &q_x) in m.pi_mixed.iter().zip(&q) {
+        assert_eq!(accept_probability(pi_x, q_x), 1.0);
     }
     // Temperature 0: one-hot p and q that disagree. D = 0 always takes the target's token;
     // D = 0.5 accepts the draft's token half the time and otherwise falls back to p's arg-max.

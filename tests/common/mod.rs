@@ -20,11 +20,14 @@ pub fn draft_path() -> Option<PathBuf> {
     mentor_lab::models::default_draft()
 }
 
+/// Logit rows, one per position.
+pub type Rows = Vec<Vec<f32>>;
+
 /// Runs the same sequence of steps (a prompt chunk, single steps, a rollback, a verify-sized
 /// chunk) with the tensor-free CPU step and with the tensor path, and returns every logit row of
 /// both, in order; third, the tensor path fed one token at a time (the same arithmetic summed in
 /// another order: the noise floor of 8-bit activations over many layers).
-pub fn native_and_tensor_rows(m: &mut LoadedModel, ids: &[u32]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<Vec<f32>>) {
+pub fn native_and_tensor_rows(m: &mut LoadedModel, ids: &[u32]) -> (Rows, Rows, Rows) {
     assert!(ids.len() >= 12, "need at least 12 tokens");
     let split = ids.len() - 8;
     let run = |m: &mut LoadedModel, one_by_one: bool| -> Vec<Vec<f32>> {
