@@ -459,31 +459,42 @@ fn sweep_sends_the_grid_and_plots_the_frontier() {
     h.get_by_role_and_label(Role::Button, "Sweep").click();
     h.run_steps(2);
     let cmds = rig.commands();
-    let Some(EngineCommand::Sweep { run_id, budgets, draft_lens, .. }) = cmds.into_iter().next() else {
+    let Some(EngineCommand::Sweep { run_id, budgets, draft_lens, seeds, .. }) = cmds.into_iter().next() else {
         panic!("no sweep sent")
     };
     assert_eq!(budgets, vec![0.0, 0.5, 1.0]);
     assert_eq!(draft_lens, vec![DraftLen::Fixed(4), DraftLen::Auto]);
-    rig.send(EngineEvent::SweepPoint {
-        run_id,
-        label: "target".into(),
-        budget: 0.0,
-        draft_len: DraftLen::Fixed(1),
-        stats: stats(2.0, 1.5),
-    });
-    rig.send(EngineEvent::SweepPoint {
-        run_id,
-        label: "fixed=4,tv=1".into(),
-        budget: 1.0,
-        draft_len: DraftLen::Fixed(4),
-        stats: stats(1.0, 2.5),
-    });
-    rig.send(EngineEvent::SweepProgress { run_id, done: 2, total: 7 });
+    assert_eq!(seeds, vec![42, 43, 44], "three seeds from the settings' seed");
+    assert_eq!(h.state().view.sweep.total, 3 * 7);
+    // Two seeds of target-only and of one point: speedups paired by seed (2.0 and 1.0).
+    for (seed, target_e2e, e2e, nll) in [(42, 2.0, 1.0, 2.5), (43, 3.0, 3.0, 2.1)] {
+        let point = |label: &str, budget, k, e2e, nll| EngineEvent::SweepPoint {
+            run_id,
+            label: label.into(),
+            budget,
+            draft_len: DraftLen::Fixed(k),
+            seed,
+            stats: stats(e2e, nll),
+        };
+        rig.send(point("target", 0.0, 1, target_e2e, 1.5));
+        rig.send(point("fixed=4,tv=1", 1.0, 4, e2e, nll));
+    }
+    rig.send(EngineEvent::SweepProgress { run_id, done: 4, total: 21 });
     h.run_steps(2);
     let f = h.state().view.sweep.frontier();
     assert_eq!(f.len(), 2);
-    assert_eq!(f[1], (2.5, 2.0, "fixed=4,tv=1".to_string()));
-    h.get_by_label("2/7");
+    assert_eq!((f[1].label.as_str(), f[1].n_seeds), ("fixed=4,tv=1", 2));
+    assert_eq!(f[1].speedup, [1.0, 1.5, 2.0]);
+    assert_eq!(f[1].nll, [2.1, 2.3, 2.5]);
+    assert_eq!(f[0].speedup, [1.0, 1.0, 1.0]);
+    h.get_by_label("4/21");
+    // Every sweep run is in the runs table, with its seed and paired speedup.
+    let sweep_rows: Vec<_> = h.state().history.iter().filter(|r| r.config.starts_with("sweep: ")).cloned().collect();
+    assert_eq!(sweep_rows.len(), 4);
+    assert_eq!(
+        (sweep_rows[1].config.as_str(), sweep_rows[1].seed, sweep_rows[1].speedup),
+        ("sweep: fixed=4,tv=1", 42, 2.0)
+    );
     // A bad grid is an error message, not a command.
     rig.send(EngineEvent::Done { run_id });
     h.run_steps(2);

@@ -66,12 +66,13 @@ pub enum EngineCommand {
         runs: Vec<ExperimentRun>,
         cancel: Arc<AtomicBool>,
     },
-    /// Target-only once, then every (budget, draft length) of the grid on the same prompt and seed.
+    /// For each seed: target-only, then every (budget, draft length) of the grid on the same prompt.
     Sweep {
         run_id: u64,
         base: GenerateRequest,
         budgets: Vec<f64>,
         draft_lens: Vec<DraftLen>,
+        seeds: Vec<u64>,
         cancel: Arc<AtomicBool>,
     },
 }
@@ -115,6 +116,7 @@ pub enum EngineEvent {
         label: String,
         budget: f64,
         draft_len: DraftLen,
+        seed: u64,
         stats: Stats,
     },
     SweepProgress {
@@ -343,9 +345,9 @@ impl Worker {
                     self.current_run = None;
                     out.send(EngineEvent::Done { run_id });
                 }
-                EngineCommand::Sweep { run_id, base, budgets, draft_lens, cancel } => {
+                EngineCommand::Sweep { run_id, base, budgets, draft_lens, seeds, cancel } => {
                     self.current_run = Some(run_id);
-                    self.sweep(run_id, &base, &budgets, &draft_lens, &cancel, out);
+                    self.sweep(run_id, &base, (&budgets, &draft_lens, &seeds), &cancel, out);
                     self.current_run = None;
                     out.send(EngineEvent::Done { run_id });
                 }
@@ -439,40 +441,37 @@ impl Worker {
         }
     }
 
+    /// The grid (budgets, draft lengths, seeds): for each seed, target-only and then every point.
     fn sweep(
         &mut self,
         run_id: u64,
         base: &GenerateRequest,
-        budgets: &[f64],
-        lens: &[DraftLen],
+        (budgets, lens, seeds): (&[f64], &[DraftLen], &[u64]),
         cancel: &AtomicBool,
         out: &Outbox,
     ) {
-        let total = 1 + budgets.len() * lens.len();
-        let target_req = GenerateRequest { mode: Mode::Target, ..base.clone() };
-        let Some(target_stats) = self.run_silent(&target_req, cancel, out, run_id) else { return };
-        out.send(EngineEvent::SweepPoint {
-            run_id,
-            label: "target".into(),
-            budget: 0.0,
-            draft_len: DraftLen::Fixed(1),
-            stats: target_stats,
-        });
-        let mut done = 1;
-        out.send(EngineEvent::SweepProgress { run_id, done, total });
+        let total = seeds.len() * (1 + budgets.len() * lens.len());
+        let rule = format!("{:?}", base.rule).to_lowercase();
+        let mut points = vec![("target".to_string(), Mode::Target, 0.0, DraftLen::Fixed(1))];
         for &k in lens {
             for &budget in budgets {
-                if cancel.load(Ordering::Relaxed) {
-                    return;
-                }
-                let req = GenerateRequest { mode: Mode::Speculative, budget, draft_len: k, ..base.clone() };
-                let Some(stats) = self.run_silent(&req, cancel, out, run_id) else { return };
-                let rule = format!("{:?}", base.rule).to_lowercase();
                 let label = match k {
                     DraftLen::Auto => format!("auto,{rule}={budget}"),
                     DraftLen::Fixed(k) => format!("fixed={k},{rule}={budget}"),
                 };
-                out.send(EngineEvent::SweepPoint { run_id, label, budget, draft_len: k, stats });
+                points.push((label, Mode::Speculative, budget, k));
+            }
+        }
+        let mut done = 0;
+        for &seed in seeds {
+            for (label, mode, budget, k) in &points {
+                if cancel.load(Ordering::Relaxed) {
+                    return;
+                }
+                let req = GenerateRequest { mode: *mode, budget: *budget, draft_len: *k, seed, ..base.clone() };
+                let Some(stats) = self.run_silent(&req, cancel, out, run_id) else { return };
+                let (label, budget, draft_len) = (label.clone(), *budget, *k);
+                out.send(EngineEvent::SweepPoint { run_id, label, budget, draft_len, seed, stats });
                 done += 1;
                 out.send(EngineEvent::SweepProgress { run_id, done, total });
             }

@@ -182,8 +182,15 @@ impl MentorApp {
                 self.found = found;
                 continue;
             }
+            let sweep_point = match &ev {
+                EngineEvent::SweepPoint { run_id, .. } if self.view.sweep.run_id == Some(*run_id) => true,
+                _ => false,
+            };
             if let Some((pane, stats)) = self.view.apply(ev) {
                 self.record(pane, &stats);
+            }
+            if sweep_point {
+                self.record_sweep_point();
             }
         }
     }
@@ -213,6 +220,31 @@ impl MentorApp {
             mean_tv: stats.mean_tv,
         });
         // Each run is on disk as soon as it is in the table.
+        self.save_state();
+    }
+
+    /// The sweep's newest point into the runs table (config `sweep: …`, speedup paired with
+    /// target-only of the same seed).
+    fn record_sweep_point(&mut self) {
+        let Some(p) = self.view.sweep.points.last() else { return };
+        let speedup = self.view.sweep.paired_speedup(p).unwrap_or(f64::NAN);
+        let req = self.settings.mentored_request();
+        let s = &p.stats;
+        self.history.push(RunRecord {
+            when: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            config: format!("sweep: {}", p.label),
+            prompt: req.prompt.chars().take(80).collect(),
+            seed: p.seed,
+            temperature: req.sampling.temperature,
+            n_tokens: s.n_tokens,
+            acceptance: s.acceptance_rate,
+            rounds: s.n_rounds,
+            e2e_s: s.e2e_s,
+            tok_s: if s.e2e_s > 0.0 { s.n_tokens as f64 / s.e2e_s } else { 0.0 },
+            speedup,
+            target_nll: s.mean_target_nll,
+            mean_tv: s.mean_tv,
+        });
         self.save_state();
     }
 
@@ -314,10 +346,12 @@ impl MentorApp {
             }
         };
         let (run_id, cancel) = self.new_run();
-        self.view.sweep =
-            view::SweepView { run_id: Some(run_id), total: 1 + budgets.len() * draft_lens.len(), ..Default::default() };
+        let n_seeds = self.settings.sweep_seeds.clamp(1, 20);
+        let seeds: Vec<u64> = (0..n_seeds).map(|i| self.settings.seed.wrapping_add(i)).collect();
+        let total = seeds.len() * (1 + budgets.len() * draft_lens.len());
+        self.view.sweep = view::SweepView { run_id: Some(run_id), total, ..Default::default() };
         let base = self.settings.mentored_request();
-        self.send(EngineCommand::Sweep { run_id, base, budgets, draft_lens, cancel });
+        self.send(EngineCommand::Sweep { run_id, base, budgets, draft_lens, seeds, cancel });
     }
 
     fn start_experiment(&mut self) {

@@ -39,6 +39,8 @@ pub struct Settings {
     /// The article's experiment: seeds per configuration and repeats of the whole table.
     pub experiment_seeds: u64,
     pub experiment_repeats: usize,
+    /// Seeds per point of the sweep grid (settings' seed, seed + 1, …).
+    pub sweep_seeds: u64,
     /// Sweep grid, as typed: comma-separated budgets and draft lengths (`auto` allowed).
     pub sweep_budgets: String,
     pub sweep_lens: String,
@@ -68,6 +70,7 @@ impl Default for Settings {
             zoom: 1.0,
             experiment_seeds: 3,
             experiment_repeats: 1,
+            sweep_seeds: 3,
             sweep_budgets: "0, 0.25, 0.5, 0.75, 1".into(),
             sweep_lens: "4, 8".into(),
         }

@@ -117,9 +117,13 @@ pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         ui.text_edit_singleline(&mut s.sweep_lens).labelled_by(l.id);
     });
     ui.horizontal(|ui| {
+        let l = ui.label("Seeds per point");
+        ui.add(egui::DragValue::new(&mut s.sweep_seeds).range(1..=20)).labelled_by(l.id);
+    });
+    ui.horizontal(|ui| {
         if ui
             .add_enabled(!busy, egui::Button::new("Sweep"))
-            .on_hover_text("Runs every budget × draft length on this prompt and seed")
+            .on_hover_text("Runs target-only and every budget × draft length on this prompt, for each seed (this seed and the next ones); every run goes into the runs table")
             .clicked()
         {
             app.queue(UiCommand::Sweep);

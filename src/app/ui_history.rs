@@ -4,7 +4,7 @@
 use super::view::BottomTab;
 use super::{MentorApp, UiCommand};
 use egui::RichText;
-use egui_plot::{Legend, Plot, PlotPoint, PlotPoints, Points, Text};
+use egui_plot::{HoverPosition, Line, Plot, PlotPoint, PlotPoints, Points, Text};
 
 /// The bottom panel: tabs for the runs and sweep, and the token inspector.
 pub fn bottom_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
@@ -74,21 +74,33 @@ fn runs_table_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     });
 }
 
+/// Each configuration at its median (target NLL, speedup) over the sweep's seeds, with whiskers
+/// from the smallest to the largest value on both axes; the legend sits outside the data.
 fn frontier_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
-    ui.strong("Sweep: speedup vs target NLL (the speed/quality frontier)");
+    ui.strong("Sweep: speedup vs target NLL (medians over seeds; whiskers: min to max)");
     let pts = app.view.sweep.frontier();
     Plot::new("frontier")
-        .legend(Legend::default())
         .x_axis_label("mean target NLL (lower is closer to the target)")
         .y_axis_label("speedup ×")
-        .show(ui, |p| {
-            if pts.is_empty() {
-                return;
+        .allow_scroll(false)
+        .label_formatter(|pos| match pos {
+            HoverPosition::NearDataPoint { plot_name, position, .. } if !plot_name.is_empty() => {
+                Some(format!("{plot_name}\nNLL {:.3}, speedup {:.2}×", position.x, position.y))
             }
-            let xy: Vec<[f64; 2]> = pts.iter().map(|(x, y, _)| [*x, *y]).collect();
-            p.points(Points::new("configs", PlotPoints::new(xy)).radius(4.0));
-            for (x, y, label) in &pts {
-                p.text(Text::new(label.clone(), PlotPoint::new(*x, *y), RichText::new(label.clone()).small()));
+            _ => None,
+        })
+        .show(ui, |p| {
+            for f in &pts {
+                let [n_lo, n_mid, n_hi] = f.nll;
+                let [s_lo, s_mid, s_hi] = f.speedup;
+                let name = format!("{} ({} seeds)", f.label, f.n_seeds);
+                p.line(Line::new("", PlotPoints::new(vec![[n_lo, s_mid], [n_hi, s_mid]])).width(1.0));
+                p.line(Line::new("", PlotPoints::new(vec![[n_mid, s_lo], [n_mid, s_hi]])).width(1.0));
+                p.points(Points::new(name, PlotPoints::new(vec![[n_mid, s_mid]])).radius(4.0));
+                p.text(
+                    Text::new("", PlotPoint::new(n_mid, s_mid), RichText::new(format!("  {}", f.label)).small())
+                        .anchor(egui::Align2::LEFT_BOTTOM),
+                );
             }
         });
 }

@@ -112,6 +112,7 @@ pub struct SweepPoint {
     pub label: String,
     pub budget: f64,
     pub draft_len: DraftLen,
+    pub seed: u64,
     pub stats: Stats,
 }
 
@@ -123,13 +124,50 @@ pub struct SweepView {
     pub total: usize,
 }
 
+/// One configuration of a sweep over its seeds: target NLL and speedup (paired with target-only
+/// of the same seed), each as [minimum, median, maximum].
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrontierPoint {
+    pub label: String,
+    pub n_seeds: usize,
+    pub nll: [f64; 3],
+    pub speedup: [f64; 3],
+}
+
 impl SweepView {
-    /// (target NLL, speedup vs target-only, label) for each speculative point.
-    pub fn frontier(&self) -> Vec<(f64, f64, String)> {
-        let Some(base) = self.points.iter().find(|p| p.label == "target") else { return Vec::new() };
-        self.points
-            .iter()
-            .map(|p| (p.stats.mean_target_nll, base.stats.e2e_s / p.stats.e2e_s.max(1e-9), p.label.clone()))
+    /// Target-only's time over this point's, for the same seed.
+    pub fn paired_speedup(&self, p: &SweepPoint) -> Option<f64> {
+        let base = self.points.iter().find(|t| t.label == "target" && t.seed == p.seed)?;
+        Some(base.stats.e2e_s / p.stats.e2e_s.max(1e-9))
+    }
+
+    /// One point per configuration (target-only included), in the order first seen.
+    pub fn frontier(&self) -> Vec<FrontierPoint> {
+        let spread = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            [v[0], quantile_sorted(&v, 0.5), v[v.len() - 1]]
+        };
+        let mut labels: Vec<&str> = Vec::new();
+        for p in &self.points {
+            if !labels.contains(&p.label.as_str()) {
+                labels.push(&p.label);
+            }
+        }
+        labels
+            .into_iter()
+            .filter_map(|label| {
+                let mine: Vec<&SweepPoint> = self.points.iter().filter(|p| p.label == label).collect();
+                let speedups: Vec<f64> = mine.iter().filter_map(|p| self.paired_speedup(p)).collect();
+                if speedups.is_empty() {
+                    return None;
+                }
+                Some(FrontierPoint {
+                    label: label.to_string(),
+                    n_seeds: mine.len(),
+                    nll: spread(mine.iter().map(|p| p.stats.mean_target_nll).collect()),
+                    speedup: spread(speedups),
+                })
+            })
             .collect()
     }
 }
@@ -389,10 +427,10 @@ impl ViewState {
                 }
                 return Some((pane, stats));
             }
-            EngineEvent::SweepPoint { run_id, label, budget, draft_len, stats }
+            EngineEvent::SweepPoint { run_id, label, budget, draft_len, seed, stats }
                 if self.sweep.run_id == Some(run_id) =>
             {
-                self.sweep.points.push(SweepPoint { label, budget, draft_len, stats });
+                self.sweep.points.push(SweepPoint { label, budget, draft_len, seed, stats });
             }
             EngineEvent::ExperimentResult { run_id, index, stats } if self.experiment.run_id == Some(run_id) => {
                 if let Some(slot) = self.experiment.results.get_mut(index) {
