@@ -182,10 +182,8 @@ impl MentorApp {
                 self.found = found;
                 continue;
             }
-            let sweep_point = match &ev {
-                EngineEvent::SweepPoint { run_id, .. } if self.view.sweep.run_id == Some(*run_id) => true,
-                _ => false,
-            };
+            let sweep_point =
+                matches!(&ev, EngineEvent::SweepPoint { run_id, .. } if self.view.sweep.run_id == Some(*run_id));
             if let Some((pane, stats)) = self.view.apply(ev) {
                 self.record(pane, &stats);
             }
