@@ -8,6 +8,8 @@ use egui_plot::{HoverPosition, Line, Plot, PlotPoint, PlotPoints, Points, Text};
 
 /// The bottom panel: tabs for the runs and sweep, and the token inspector.
 pub fn bottom_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
+    // Keep the panel's height whatever the tab shows (a short tab would shrink it).
+    ui.set_min_height(ui.available_height());
     ui.horizontal(|ui| {
         let tab = &mut app.view.bottom_tab;
         ui.selectable_value(tab, BottomTab::Runs, "Runs and sweep");

@@ -88,7 +88,7 @@ fn legend_ui(ui: &mut egui::Ui, shade_surprise: &mut bool) {
     });
 }
 
-/// Where the two panes differ: the first position (underlined) and every later position whose
+/// Where the two panes differ: the first position (in the error colour, underlined) and every later position whose
 /// token differs from the other pane's token at the same position.
 #[derive(Default)]
 pub struct DiffMarks {
@@ -132,10 +132,12 @@ fn tokens_ui(
                     if let Some(c) = bg {
                         rt = rt.background_color(c);
                     }
+                    // The first difference in the error colour, later ones underlined (colouring
+                    // every later token would leave a diverged text unreadable).
                     if marks.first == Some(i) {
                         rt = rt.underline().strong().color(ui.visuals().error_fg_color);
                     } else if marks.differs(i) {
-                        rt = rt.color(ui.visuals().error_fg_color);
+                        rt = rt.underline();
                     }
                     let r = ui.add(egui::Label::new(rt).sense(egui::Sense::click()));
                     if pinned == Some(i) {
@@ -251,8 +253,8 @@ fn divergence_line(view: &super::view::ViewState, first: Option<usize>, n_differ
             let later = n_differing.saturating_sub(usize::from(i < a.min(b)));
             let lengths = if done && a != b { format!(" The texts have {a} and {b} tokens.") } else { String::new() };
             Some(format!(
-                "The texts first differ at output token {i} (underlined). After it each pane continues its own \
-                 text, so later tokens are compared by position only: {later} later {} (red).{lengths}",
+                "The texts first differ at output token {i} (in red). After it each pane continues its own \
+                 text, so later tokens are compared by position only: {later} later {} (underlined).{lengths}",
                 if later == 1 { "position differs" } else { "positions differ" }
             ))
         }
