@@ -37,7 +37,7 @@ fn real_engine_fills_both_panes() {
     wait_until(&mut app, "models to load", |a| a.view.models.target.is_some() && !a.view.models.loading);
     assert!(app.view.models.draft.is_some(), "the default draft loads with the default target: {:?}", app.view.error);
     let title = app.window_title();
-    assert!(title.starts_with("Mentor Lab — ") && title.contains(" + "), "the title names the pair: {title}");
+    assert_eq!(title, "Mentor Lab — SmolLM2-135M-Instruct + smollm2-135m-draft-d192-l8", "the title names the pair");
     app.queue(UiCommand::Run);
     app.apply_queued();
     wait_until(&mut app, "the run to finish", |a| !a.view.busy());

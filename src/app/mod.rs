@@ -10,7 +10,7 @@ mod ui_controls;
 mod ui_experiment;
 mod ui_history;
 mod ui_inspector;
-mod ui_models;
+pub mod ui_models;
 pub mod ui_panes;
 pub mod view;
 
@@ -371,8 +371,10 @@ impl MentorApp {
     pub fn window_title(&self) -> String {
         let m = &self.view.models;
         match (&m.target, &m.draft) {
-            (Some((t, _)), Some((d, _))) => format!("Mentor Lab — {} + {}", t.name, d.name),
-            (Some((t, _)), None) => format!("Mentor Lab — {}", t.name),
+            (Some((t, _)), Some((d, _))) => {
+                format!("Mentor Lab — {} + {}", ui_models::short_name(t), ui_models::short_name(d))
+            }
+            (Some((t, _)), None) => format!("Mentor Lab — {}", ui_models::short_name(t)),
             _ => "Mentor Lab".to_string(),
         }
     }

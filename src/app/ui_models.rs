@@ -5,10 +5,39 @@ use super::{MentorApp, UiCommand};
 use crate::gguf::ModelInfo;
 use crate::models;
 
+/// A model's name as the bar and the window title show it: the file's name (without a trailing
+/// `.Q4_K_M`-style quantization) or the GGUF's `general.name`, whichever is shorter (names are
+/// often training-run ids), cut to 32 characters.
+pub fn short_name(info: &ModelInfo) -> String {
+    let stem = info.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = match stem.rsplit_once('.') {
+        Some((head, tail))
+            if tail.eq_ignore_ascii_case(&info.quantization) || tail.starts_with(['Q', 'q', 'F', 'f']) =>
+        {
+            head.to_string()
+        }
+        _ => stem,
+    };
+    let name = [stem, info.name.clone()]
+        .into_iter()
+        .filter(|s| !s.trim().is_empty())
+        .min_by_key(|s| s.chars().count())
+        .unwrap_or_else(|| "model".to_string());
+    match name.chars().count() > 32 {
+        true => format!("{}…", name.chars().take(31).collect::<String>()),
+        false => name,
+    }
+}
+
+/// The full description, shown on hover: name, file, shape and formats.
+fn describe_full(info: &ModelInfo, weights: &str) -> String {
+    format!("{}\n{}\n{}", info.name, info.path.display(), describe(info, weights))
+}
+
 fn describe(info: &ModelInfo, weights: &str) -> String {
     format!(
         "{} · {}{} · {:.0}M params · {} → {} · {:.0} MB",
-        info.name,
+        short_name(info),
         info.arch,
         if info.feature_draft { " feature draft (reads the target's hidden states)" } else { "" },
         info.n_params as f64 / 1e6,
@@ -25,7 +54,9 @@ pub fn models_bar_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         ui.separator();
         ui.label("Target:");
         match &app.view.models.target {
-            Some((info, w)) => ui.monospace(describe(info, w)),
+            Some((info, w)) => ui
+                .add(egui::Label::new(egui::RichText::new(describe(info, w)).monospace()).truncate())
+                .on_hover_text(describe_full(info, w)),
             None => ui.weak("none loaded"),
         };
         if ui.button("Open target…").on_hover_text("Cmd/Ctrl+O").clicked() {
@@ -54,7 +85,9 @@ pub fn models_bar_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         shipped_drafts_ui(app, ui);
         match &app.view.models.draft {
             // Cut to the window's width; the whole line shows on hover.
-            Some((info, w)) => ui.add(egui::Label::new(egui::RichText::new(describe(info, w)).monospace()).truncate()),
+            Some((info, w)) => ui
+                .add(egui::Label::new(egui::RichText::new(describe(info, w)).monospace()).truncate())
+                .on_hover_text(describe_full(info, w)),
             None => ui.weak("none loaded"),
         };
     });
