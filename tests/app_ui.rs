@@ -721,3 +721,32 @@ fn keyboard_zoom_is_kept_in_the_settings() {
     h.run_steps(3);
     assert!(h.state().settings.zoom > 1.0, "zoom {}", h.state().settings.zoom);
 }
+
+/// Export to a place that cannot be written (a full device; a folder that is a file) is an error
+/// in the window that says what to do; the runs stay in the table and the app keeps working.
+#[test]
+fn export_to_an_unwritable_place_is_an_error_and_keeps_the_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, b"x").unwrap();
+    let mut places = vec![blocker.join("runs.csv")];
+    if std::path::Path::new("/dev/full").exists() {
+        places.push(PathBuf::from("/dev/full"));
+    }
+    for place in places {
+        let (app, rig) = app_with(Settings::default(), ScriptedDialogs { open: Vec::new(), save: Some(place.clone()) });
+        let mut h = harness(app);
+        h.get_by_label("Run").click();
+        h.run_steps(2);
+        let (run_id, ..) = compare_of(rig.commands());
+        script_run(&rig, run_id);
+        h.run_steps(3);
+        assert_eq!(h.state().history.len(), 2);
+        h.get_by_label("Export CSV…").click();
+        h.run_steps(3);
+        let error = h.state().view.error.clone().unwrap_or_default();
+        assert!(error.contains("could not write") && error.contains("Pick another folder"), "{place:?}: {error}");
+        assert_eq!(h.state().history.len(), 2, "the runs are kept");
+        assert!(h.state().last_export.is_none());
+    }
+}
