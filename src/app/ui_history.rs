@@ -55,7 +55,8 @@ fn runs_table_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         });
         let mono = |s: String| RichText::new(s).monospace();
         for (row, r) in app.history.iter().enumerate() {
-            let not_target = |s: String| if r.config == "target" { "–".to_string() } else { s };
+            let not_target =
+                |s: String| if r.config == "target" || r.config == "sweep: target" { "–".to_string() } else { s };
             super::table_row(ui, &WIDTHS, row % 2 == 0, |i, ui| {
                 let text = match i {
                     0 => RichText::new(&r.config),
