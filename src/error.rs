@@ -38,6 +38,10 @@ pub enum EngineError {
     #[error("invalid setting: {0}")]
     InvalidSetting(String),
 
+    /// A broken invariant of the engine itself, not something the user did.
+    #[error("internal error: {0}. This is a bug in Mentor Lab; please report it with the model and settings used.")]
+    Internal(String),
+
     #[error("fetching the default model failed: {0}")]
     Fetch(String),
 

@@ -680,7 +680,7 @@ fn beside_log_z<T: Send>(
     });
     match (out.into_inner().ok().flatten(), log_z.into_inner()) {
         (Some(o), Some(z)) => Ok((o, Some(z))),
-        _ => Err(EngineError::InvalidSetting("sampling: a task of the thread team did not run".into())),
+        _ => Err(EngineError::Internal("sampling: a task of the thread team did not run".into())),
     }
 }
 
@@ -694,7 +694,7 @@ fn verify_row<'a>(model: &Transformer, rows: &'a mut LazyLogits, i: usize, verif
         model.lazy_rows(rows, rows.len())?;
         *verify_s += t.elapsed().as_secs_f64();
     }
-    rows.row(i).ok_or_else(|| EngineError::InvalidSetting(format!("verify row {i} missing")))
+    rows.row(i).ok_or_else(|| EngineError::Internal(format!("verify row {i} missing")))
 }
 
 /// The feature draft's spec when `draft` is one, checked against `target`.
@@ -808,7 +808,7 @@ pub fn generate_speculative(
                     let from = dmodel.n_cached();
                     let f = feats
                         .get(from * d_feat..(base - 1) * d_feat)
-                        .ok_or_else(|| EngineError::InvalidSetting("feature draft: target features missing".into()))?;
+                        .ok_or_else(|| EngineError::Internal("feature draft: target features missing".into()))?;
                     let (h, logits) = dmodel.forward_features(&run.context[from + 1..base], f)?;
                     (predicted, caught_up) = (h, base - 1 - from);
                     logits
@@ -1011,7 +1011,7 @@ pub fn generate_speculative(
                 let h = rows
                     .hidden()
                     .get(..n * d_feat)
-                    .ok_or_else(|| EngineError::InvalidSetting("feature draft: verify hidden states missing".into()))?;
+                    .ok_or_else(|| EngineError::Internal("feature draft: verify hidden states missing".into()))?;
                 let taps = tmodel.last_taps();
                 let taps = taps.get(..taps.len() / feed.len() * n).unwrap_or(&[]);
                 feats.truncate((base - 1) * d_feat);
