@@ -5,7 +5,7 @@
 use super::view::{ExperimentRow, ARTICLE_REFERENCE};
 use super::{MentorApp, UiCommand};
 use egui::{Color32, RichText};
-use egui_plot::{BoxElem, BoxPlot, BoxSpread, GridMark, Plot, PlotPoints, Points};
+use egui_plot::{BoxElem, BoxPlot, BoxSpread, PlotPoints, Points};
 
 const OURS: Color32 = Color32::from_rgb(230, 120, 40);
 const ARTICLE: Color32 = Color32::from_rgb(120, 120, 200);
@@ -105,28 +105,8 @@ fn chart_ui(ui: &mut egui::Ui, rows: &[ExperimentRow]) {
             Some([i as f64, ARTICLE_REFERENCE[0].1 / e2e])
         })
         .collect();
-    Plot::new("experiment speedups")
-        .allow_scroll(false)
-        .allow_drag(false)
-        .allow_zoom(false)
-        .include_y(0.0)
-        .include_y(1.0)
-        .y_axis_label("speedup ×")
-        .x_grid_spacer(|input| {
-            let (lo, hi) = input.bounds;
-            (lo.ceil().max(0.0) as i64..=hi.floor() as i64)
-                .map(|j| GridMark { value: j as f64, step_size: 1.0 })
-                .collect()
-        })
-        .x_axis_formatter(move |mark: GridMark, _range| {
-            let j = mark.value.round();
-            if (mark.value - j).abs() > 1e-6 || j < 0.0 {
-                return String::new();
-            }
-            labels.get(j as usize).cloned().unwrap_or_default()
-        })
-        .show(ui, |p| {
-            p.box_plot(BoxPlot::new("here", boxes).color(OURS));
-            p.points(Points::new("the article", PlotPoints::new(article)).radius(4.0).color(ARTICLE));
-        });
+    super::ui_panes::category_plot("experiment speedups", labels).y_axis_label("speedup ×").show(ui, |p| {
+        p.box_plot(BoxPlot::new("here", boxes).color(OURS));
+        p.points(Points::new("the article", PlotPoints::new(article)).radius(4.0).color(ARTICLE));
+    });
 }

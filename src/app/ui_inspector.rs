@@ -7,7 +7,7 @@ use super::view::PaneView;
 use super::MentorApp;
 use crate::generate::{TokenInfo, TopEntry};
 use egui::{Color32, RichText};
-use egui_plot::{Bar, BarChart, GridMark, Plot};
+use egui_plot::{Bar, BarChart};
 
 const P_COLOR: Color32 = Color32::from_rgb(70, 130, 230);
 const Q_COLOR: Color32 = Color32::from_rgb(46, 160, 67);
@@ -147,28 +147,9 @@ fn bars_ui(ui: &mut egui::Ui, t: &TokenInfo) {
             .collect();
         BarChart::new(name, bars).color(color)
     };
-    Plot::new("inspector bars")
-        .allow_scroll(false)
-        .allow_drag(false)
-        .allow_zoom(false)
-        .include_y(0.0)
-        .include_y(1.0)
-        .x_grid_spacer(|input| {
-            let (lo, hi) = input.bounds;
-            (lo.ceil().max(0.0) as i64..=hi.floor() as i64)
-                .map(|j| GridMark { value: j as f64, step_size: 1.0 })
-                .collect()
-        })
-        .x_axis_formatter(move |mark: GridMark, _range| {
-            let j = mark.value.round();
-            if (mark.value - j).abs() > 1e-6 || j < 0.0 {
-                return String::new();
-            }
-            labels.get(j as usize).cloned().unwrap_or_default()
-        })
-        .show(ui, |p| {
-            p.bar_chart(series("p", -0.28, P_COLOR, |e| e.p_target));
-            p.bar_chart(series("q", 0.0, Q_COLOR, |e| e.q_draft));
-            p.bar_chart(series("π", 0.28, PI_COLOR, |e| e.pi_mixed));
-        });
+    super::ui_panes::category_plot("inspector bars", labels).show(ui, |p| {
+        p.bar_chart(series("p", -0.28, P_COLOR, |e| e.p_target));
+        p.bar_chart(series("q", 0.0, Q_COLOR, |e| e.q_draft));
+        p.bar_chart(series("π", 0.28, PI_COLOR, |e| e.pi_mixed));
+    });
 }

@@ -319,6 +319,31 @@ fn stats_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) {
     }
 }
 
+/// A fixed plot (no scroll, drag or zoom) from 0 to at least 1 on y whose x axis names one
+/// category per integer position, `labels[j]` at x = j: the inspector's tokens, the experiment's
+/// configurations.
+pub fn category_plot<'a>(id: &str, labels: Vec<String>) -> Plot<'a> {
+    Plot::new(id)
+        .allow_scroll(false)
+        .allow_drag(false)
+        .allow_zoom(false)
+        .include_y(0.0)
+        .include_y(1.0)
+        .x_grid_spacer(|input| {
+            let (lo, hi) = input.bounds;
+            (lo.ceil().max(0.0) as i64..=hi.floor() as i64)
+                .map(|j| egui_plot::GridMark { value: j as f64, step_size: 1.0 })
+                .collect()
+        })
+        .x_axis_formatter(move |mark, _range| {
+            let j = mark.value.round();
+            if (mark.value - j).abs() > 1e-6 || j < 0.0 {
+                return String::new();
+            }
+            labels.get(j as usize).cloned().unwrap_or_default()
+        })
+}
+
 /// Seconds over which the live rate plot counts tokens.
 const RATE_WINDOW_S: f64 = 0.5;
 
