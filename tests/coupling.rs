@@ -4,31 +4,13 @@
 //! target-only draw whatever the draft proposed.
 
 use mentor_lab::mentor::{mix, tv_distance, verify_same_seed, MentorRule};
-use mentor_lab::sampling::{ln_unit, probabilities, race_argmax, race_weights, uniform, Purpose, SamplingParams};
+use mentor_lab::sampling::{ln_unit, probabilities, race_argmax, race_weights, SamplingParams};
 
 const N_DRAWS: u64 = 100_000;
 
-/// A deterministic random distribution over `n` tokens (some tokens near zero).
-fn random_dist(n: usize, seed: u64) -> Vec<f32> {
-    let w: Vec<f64> = (0..n).map(|i| uniform(seed, i as u64, Purpose::TargetSample).powi(3) + 1e-3).collect();
-    let s: f64 = w.iter().sum();
-    w.into_iter().map(|x| (x / s) as f32).collect()
-}
-
-/// Pearson χ² statistic of observed counts against expected probabilities.
-fn chi2(counts: &[u64], expected: &[f32], n: u64) -> f64 {
-    counts
-        .iter()
-        .zip(expected)
-        .filter(|(_, &e)| e > 0.0)
-        .map(|(&c, &e)| (c as f64 - e as f64 * n as f64).powi(2) / (e as f64 * n as f64))
-        .sum()
-}
-
-/// χ² critical value at p = 0.001 for df ≤ 9.
-fn chi2_crit(df: usize) -> f64 {
-    [10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88][df - 1]
-}
+#[path = "common/stats.rs"]
+mod stats;
+use stats::{chi2, chi2_crit, random_dist};
 
 fn weights(seed: u64, pos: u64, n: usize) -> Vec<f32> {
     let mut w = Vec::new();

@@ -9,35 +9,9 @@ use mentor_lab::sampling::{
 
 const N_DRAWS: u64 = 200_000;
 
-/// A deterministic random distribution over `n` tokens (some tokens near zero).
-fn random_dist(n: usize, seed: u64) -> Vec<f32> {
-    let w: Vec<f64> = (0..n)
-        .map(|i| {
-            let u = uniform(seed, i as u64, Purpose::TargetSample);
-            u * u * u + 1e-3
-        })
-        .collect();
-    let s: f64 = w.iter().sum();
-    w.into_iter().map(|x| (x / s) as f32).collect()
-}
-
-/// Pearson χ² statistic of observed counts against expected probabilities.
-fn chi2(counts: &[u64], expected: &[f32], n: u64) -> f64 {
-    counts
-        .iter()
-        .zip(expected)
-        .filter(|(_, &e)| e > 0.0)
-        .map(|(&c, &e)| {
-            let exp = e as f64 * n as f64;
-            (c as f64 - exp).powi(2) / exp
-        })
-        .sum()
-}
-
-/// χ² critical value at p = 0.001 for df ≤ 9 (the vocabularies used here).
-fn chi2_crit(df: usize) -> f64 {
-    [10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88][df - 1]
-}
+#[path = "common/stats.rs"]
+mod stats;
+use stats::{chi2, chi2_crit, random_dist};
 
 /// Run the one-step rule N times: x ~ q, accept/resample against π. Returns (counts, accepted).
 fn simulate(pi: &[f32], q: &[f32], seed: u64) -> (Vec<u64>, u64) {
