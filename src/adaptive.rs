@@ -132,8 +132,28 @@ impl Recent {
     }
 }
 
+/// Costs given instead of measured: seconds per drafted token, and a verify round over n rows
+/// costing `verify_base_s + n · verify_row_s`. With them the policy's choices depend only on the
+/// text and the seed, not on the machine's load (deterministic tests).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FixedCosts {
+    pub draft_token_s: f64,
+    pub verify_base_s: f64,
+    pub verify_row_s: f64,
+}
+
+impl FixedCosts {
+    /// The default pair's costs relative to a target step of `step_s`: a draft step at 0.1 of it,
+    /// each extra verify row at 0.19 (docs/performance.md).
+    pub fn default_pair(step_s: f64) -> FixedCosts {
+        FixedCosts { draft_token_s: 0.1 * step_s, verify_base_s: 0.81 * step_s, verify_row_s: 0.19 * step_s }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct AdaptivePolicy {
+    /// Costs given instead of measured (see [`FixedCosts`]).
+    fixed: Option<FixedCosts>,
     /// Running acceptance probability of a round's first drafted token.
     alpha: f64,
     /// Seconds per draft token.
@@ -161,6 +181,7 @@ pub struct AdaptivePolicy {
 impl Default for AdaptivePolicy {
     fn default() -> Self {
         Self {
+            fixed: None,
             alpha: 0.7,
             t_draft: Recent::default(),
             t_verify: vec![Recent::default(); MAX_DRAFT_LEN + 2],
@@ -176,6 +197,16 @@ impl Default for AdaptivePolicy {
 }
 
 impl AdaptivePolicy {
+    /// A policy that decides from `costs` instead of measured times (`None`: measure them).
+    pub fn with_costs(costs: Option<FixedCosts>) -> Self {
+        AdaptivePolicy { fixed: costs, ..Self::default() }
+    }
+
+    /// Seconds per drafted token: given, or the median of the recent measurements.
+    fn draft_cost(&self) -> Option<f64> {
+        self.fixed.map(|c| c.draft_token_s).or_else(|| self.t_draft.median())
+    }
+
     /// Expected cost of a verify forward over n tokens: measured if seen, else interpolated
     /// linearly from the nearest measured sizes. Past the largest measured size it goes on with the
     /// slope between the two largest (each more row costs about the same; proportional to n where
@@ -183,6 +214,9 @@ impl AdaptivePolicy {
     /// with verify(1) = 7.1 ms and verify(3) = 8.8 ms it put verify(5) at 14.7 ms against ~10.5 ms
     /// measured, and the policy never drafted more than 2 tokens on `code` at 83% acceptance.
     fn verify_cost(&self, n: usize) -> Option<f64> {
+        if let Some(c) = self.fixed {
+            return Some(c.verify_base_s + c.verify_row_s * n as f64);
+        }
         let measured = |i: usize| self.t_verify.get(i).and_then(Recent::median);
         if let Some(t) = measured(n) {
             return Some(t);
@@ -203,7 +237,7 @@ impl AdaptivePolicy {
 
     /// Expected tokens per second of drafting k (k = 0: target step).
     pub fn expected_rate(&self, k: usize) -> Option<f64> {
-        self.rate(self.alpha, k, self.t_draft.median().unwrap_or(0.0))
+        self.rate(self.alpha, k, self.draft_cost().unwrap_or(0.0))
     }
 
     /// Expected tokens per second of a round proposing k tokens accepted each with probability
@@ -277,7 +311,7 @@ impl AdaptivePolicy {
     /// `PROBE_LEN` tokens. Computed once per round (the medians behind it sort their samples).
     pub fn depth_thresholds(&self) -> [f64; MAX_DRAFT_LEN + 1] {
         let mut out = [f64::INFINITY; MAX_DRAFT_LEN + 1];
-        let (Some(t_draft), Some(best)) = (self.t_draft.median(), self.best_rate()) else {
+        let (Some(t_draft), Some(best)) = (self.draft_cost(), self.best_rate()) else {
             out[..PROBE_LEN].fill(0.0);
             return out;
         };
@@ -304,7 +338,7 @@ impl AdaptivePolicy {
     /// next token is worth more per cost than the model's would be, and goes on, like the depth
     /// rule, while p_prefix · α_copy per row beats the best rate expected.
     pub fn copy_tail_len(&self, p_prefix: f64, n_drafted: usize, matched: usize, available: usize) -> usize {
-        let (Some(t_draft), Some(best)) = (self.t_draft.median(), self.best_rate()) else {
+        let (Some(t_draft), Some(best)) = (self.draft_cost(), self.best_rate()) else {
             return 0;
         };
         let a = self.alpha_lookup(matched);
@@ -357,7 +391,7 @@ impl AdaptivePolicy {
             return 0;
         }
         // Until both a draft step and a verify have been timed, explore with a small draft.
-        if self.t_draft.median().is_none() || self.verify_cost(1).is_none() {
+        if self.draft_cost().is_none() || self.verify_cost(1).is_none() {
             return PROBE_LEN.min(cap);
         }
         let step = self.expected_rate(0).unwrap_or(0.0);
@@ -726,5 +760,30 @@ mod tests {
         assert!(p.accept_estimate(0.98) > 0.99);
         assert!(p.accept_estimate(0.05) < 0.01);
         assert_eq!(p.accept_estimate(0.5), Q_CLASS_PRIOR[2], "other classes keep their prior");
+    }
+
+    /// Given costs replace the measured ones: two policies that see the same acceptance but
+    /// very different timings make the same choices, and they draft from the first round.
+    #[test]
+    fn fixed_costs_make_the_choices_independent_of_timings() {
+        let costs = FixedCosts::default_pair(0.01);
+        let (mut a, mut b) = (AdaptivePolicy::with_costs(Some(costs)), AdaptivePolicy::with_costs(Some(costs)));
+        assert!(a.depth_thresholds()[1].is_finite() && a.depth_thresholds()[1] > 0.0);
+        for i in 0..40 {
+            let (k, acc) = (1 + i % 6, i % 4);
+            a.observe(k, acc.min(k), Some(0.001), 0.012);
+            b.observe(k, acc.min(k), Some(0.05), 0.3);
+            assert_eq!(a.next_len(MAX_DRAFT_LEN), b.next_len(MAX_DRAFT_LEN), "round {i}");
+            assert_eq!(a.depth_thresholds(), b.depth_thresholds(), "round {i}");
+            assert_eq!(a.lookup_len(8, 6), b.lookup_len(8, 6), "round {i}");
+        }
+        // Measured, the same timings would have changed the choices.
+        let (mut c, mut d) = (AdaptivePolicy::default(), AdaptivePolicy::default());
+        for i in 0..40 {
+            let (k, acc) = (1 + i % 6, i % 4);
+            c.observe(k, acc.min(k), Some(0.001), 0.012);
+            d.observe(k, acc.min(k), Some(0.05), 0.3);
+        }
+        assert_ne!(c.depth_thresholds(), d.depth_thresholds());
     }
 }

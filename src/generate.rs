@@ -2,7 +2,7 @@
 //! accept), streamed as events, cancellable between steps, with the statistics the reference
 //! experiment reports.
 
-use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN};
+use crate::adaptive::{AdaptivePolicy, FixedCosts, MAX_DRAFT_LEN};
 use crate::error::{EngineError, Result};
 use crate::mentor::{mix, verify_same_seed, verify_token, Coupling, MentorRule};
 use crate::model::{LazyLogits, Transformer};
@@ -105,6 +105,10 @@ pub struct GenerateRequest {
     /// the seed and the distributions (D = 0 reproduces target-only exactly); max-acceptance
     /// accepts more drafted tokens.
     pub coupling: Coupling,
+    /// With an adaptive draft length: decide from these costs instead of measured times, so
+    /// that a run's rounds depend only on the text and the seed (deterministic tests).
+    #[serde(default)]
+    pub costs: Option<FixedCosts>,
 }
 
 impl Default for GenerateRequest {
@@ -125,6 +129,7 @@ impl Default for GenerateRequest {
             copy_tail: true,
             coupling: Coupling::default(),
             n_top: 0,
+            costs: None,
         }
     }
 }
@@ -132,6 +137,14 @@ impl Default for GenerateRequest {
 impl GenerateRequest {
     pub fn validate(&self) -> Result<()> {
         self.sampling.validate().map_err(EngineError::InvalidSetting)?;
+        if let Some(c) = self.costs {
+            let ok = [c.draft_token_s, c.verify_base_s, c.verify_row_s].iter().all(|v| v.is_finite() && *v >= 0.0);
+            if !ok || c.verify_base_s + c.verify_row_s <= 0.0 {
+                return Err(EngineError::InvalidSetting(format!(
+                    "fixed costs must be finite, non-negative, and a verify must cost something: {c:?}"
+                )));
+            }
+        }
         if self.max_tokens == 0 {
             return Err(EngineError::InvalidSetting("max tokens must be at least 1".into()));
         }
@@ -749,7 +762,7 @@ pub fn generate_speculative(
     let mut run = new_run(req, &target.tokenizer, ids, start, cancel, on_event);
     run.stats.prefill_s = start.elapsed().as_secs_f64();
     (run.on_event)(GenEvent::Prefilled { n_prompt_tokens: run.n_prompt, prefill_s: run.stats.prefill_s });
-    let mut policy = AdaptivePolicy::default();
+    let mut policy = AdaptivePolicy::with_costs(req.costs);
     let auto = req.draft_len == DraftLen::Auto;
     // How many times each output position has been drafted (see `draft_uniform`).
     let mut draft_attempts: Vec<u32> = Vec::new();

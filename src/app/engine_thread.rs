@@ -75,6 +75,10 @@ pub enum EngineCommand {
         seeds: Vec<u64>,
         cancel: Arc<AtomicBool>,
     },
+    /// Fault injection for the reliability tests: the next streamed run panics at its first
+    /// token, as a bug in the engine would, so that the recovery path runs for real.
+    #[doc(hidden)]
+    PanicInNextRun,
 }
 
 #[derive(Debug, Clone)]
@@ -139,6 +143,8 @@ pub enum EngineEvent {
         message: String,
     },
     Discovered(Vec<FoundModel>),
+    /// No model is loaded any more (a load failed after the earlier pair was let go).
+    Unloaded,
 }
 
 /// The UI's end of the engine: send commands, drain events.
@@ -286,6 +292,8 @@ struct Worker {
     last_load: Option<ModelChoice>,
     /// The run in progress, so that a panic can be reported against it.
     current_run: Option<u64>,
+    /// Set by [`EngineCommand::PanicInNextRun`].
+    panic_in_next_run: bool,
 }
 
 fn supervise(cmd_rx: Receiver<EngineCommand>, out: Outbox) {
@@ -322,6 +330,7 @@ impl Worker {
             match cmd {
                 EngineCommand::Load(choice) => self.load(choice, out),
                 EngineCommand::Discover => out.send(EngineEvent::Discovered(discover())),
+                EngineCommand::PanicInNextRun => self.panic_in_next_run = true,
                 EngineCommand::Compare { run_id, target, mentored, cancel } => {
                     self.current_run = Some(run_id);
                     if let Some(req) = target {
@@ -356,8 +365,6 @@ impl Worker {
     }
 
     fn load(&mut self, choice: ModelChoice, out: &Outbox) {
-        self.last_load = Some(choice.clone());
-        self.engine = None;
         let progress = |message: String, fraction: Option<f32>| out.send(EngineEvent::Progress { message, fraction });
         let target_path = match &choice.target {
             Some(p) => p.clone(),
@@ -372,15 +379,28 @@ impl Worker {
                 };
                 match models::ensure_default_target(&mut report) {
                     Ok(p) => p,
-                    Err(e) => return out.send(EngineEvent::Error { run_id: None, message: e.to_string() }),
+                    Err(e) => return self.load_failed(e, out),
                 }
             }
         };
+        // The new target's header, tensor table and tokenizer are checked before the loaded pair
+        // is let go: a file that was moved, cut short or replaced since it was listed leaves the
+        // app with the models it had.
+        if let Err(e) = crate::gguf::ModelFile::open(&target_path)
+            .and_then(|f| crate::tokenizer::TextTokenizer::from_model_file(&f).map(|_| ()))
+        {
+            return self.load_failed(e, out);
+        }
+        self.last_load = Some(choice.clone());
+        self.engine = None;
         let device = crate::model::default_device();
         progress(format!("Loading {}…", target_path.display()), None);
         let target = match crate::load_model(&target_path, choice.weights, &device) {
             Ok(t) => t,
-            Err(e) => return out.send(EngineEvent::Error { run_id: None, message: e.to_string() }),
+            Err(e) => {
+                out.send(EngineEvent::Error { run_id: None, message: e.to_string() });
+                return out.send(EngineEvent::Unloaded);
+            }
         };
         let draft_path = choice.draft.clone().or_else(models::default_draft);
         let mut draft = None;
@@ -402,6 +422,15 @@ impl Worker {
         self.engine = Some(Engine { target, draft });
     }
 
+    /// A load that did not start: say why, and whether the models loaded before are still there.
+    fn load_failed(&self, e: crate::EngineError, out: &Outbox) {
+        let kept = if self.engine.is_some() { " The models loaded before are still in use." } else { "" };
+        out.send(EngineEvent::Error { run_id: None, message: format!("{e}{kept}") });
+        if self.engine.is_none() {
+            out.send(EngineEvent::Unloaded);
+        }
+    }
+
     /// Run one request, streaming its tokens; returns the stats when it ran to the end.
     fn run_one(
         &mut self,
@@ -420,8 +449,12 @@ impl Worker {
         };
         out.send(EngineEvent::Started { run_id, pane });
         let start = Instant::now();
+        let panic_now = std::mem::take(&mut self.panic_in_next_run);
         let result = engine.generate(req, cancel, &mut |ev| match ev {
             GenEvent::Token(token) => {
+                if panic_now {
+                    panic!("fault injected at the first token of run {run_id}");
+                }
                 out.send(EngineEvent::Token { run_id, pane, token, t_s: start.elapsed().as_secs_f64() })
             }
             GenEvent::Round(round) => {

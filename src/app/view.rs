@@ -388,6 +388,11 @@ impl ViewState {
                 // A new model invalidates the cached target-only result.
                 self.target_request = None;
             }
+            EngineEvent::Unloaded => {
+                self.models.target = None;
+                self.models.draft = None;
+                self.target_request = None;
+            }
             EngineEvent::Error { run_id, message } => {
                 if run_id.is_none() {
                     self.models.loading = false;
