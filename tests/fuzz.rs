@@ -159,13 +159,13 @@ fn crash_dir() -> PathBuf {
 
 /// Runs `exec` on `n` inputs made by `make` (which mutates from a seeded generator) and returns
 /// how many ended `Ok` and how many in a typed error; panics with every crashing input's file.
-fn run_target(
+fn run_target<E: std::fmt::Display>(
     target: u32,
     name: &str,
     seed: u64,
     n: u64,
     mut make: impl FnMut(&mut Rng) -> Vec<u8>,
-    mut exec: impl FnMut(&[u8]) -> Result<(), EngineError>,
+    mut exec: impl FnMut(&[u8]) -> Result<(), E>,
 ) -> (u64, u64) {
     let mut rng = Rng(seed);
     let (mut n_ok, mut n_err) = (0, 0);
@@ -344,7 +344,7 @@ fn fuzz_draft_header(seed: u64, n: u64) -> (u64, u64) {
                 let tok = TextTokenizer::from_model_file(&file)?;
                 tok.decode(&tok.prompt_ids(PROMPT, false)?)?;
             }
-            Ok(())
+            Ok::<(), EngineError>(())
         },
     )
 }
@@ -399,7 +399,7 @@ fn fuzz_load_forward(seed: u64, n: u64) -> (u64, u64) {
             let mut m = load_model(&path, WeightFormat::Auto, &Device::Cpu)?;
             let ids = m.tokenizer.prompt_ids(PROMPT, false)?;
             m.model.forward_rows(&ids)?;
-            Ok(())
+            Ok::<(), EngineError>(())
         },
     )
 }
@@ -483,6 +483,130 @@ fn fuzz_chat_template(seed: u64, n: u64) -> (u64, u64) {
     )
 }
 
+/// Numbers a saved-state file may hold in place of a real one.
+const JSON_NUMBERS: [&str; 14] = [
+    "0",
+    "-1",
+    "-0",
+    "1e308",
+    "-1e308",
+    "1e999",
+    "18446744073709551615",
+    "18446744073709551616",
+    "4294967296",
+    "0.000001",
+    "null",
+    "\"x\"",
+    "[]",
+    "{}",
+];
+
+/// Where the numbers are in a JSON text: runs of number characters after `:`, `,` or `[`.
+fn number_spans(text: &[u8]) -> Vec<Range<usize>> {
+    let mut spans = Vec::new();
+    let mut i = 0;
+    while i < text.len() {
+        let starts = (text[i] == b'-' || text[i].is_ascii_digit())
+            && text[..i].iter().rev().find(|c| !c.is_ascii_whitespace()).is_some_and(|c| b":,[".contains(c));
+        if starts {
+            let end = (i..text.len()).find(|&j| !b"-+.eE0123456789".contains(&text[j])).unwrap_or(text.len());
+            spans.push(i..end);
+            i = end;
+        } else {
+            i += 1;
+        }
+    }
+    spans
+}
+
+/// The app's saved state, read as at start: a real `settings.json` and a `history.jsonl` of real
+/// runs, mutated at the byte level and at the JSON level (numbers set to extremes or other
+/// types). Every load must give settings whose requests validate, move a bad file aside byte for
+/// byte, and never panic; an outcome is an error when the load had something to say.
+fn fuzz_saved_state(seed: u64, n: u64) -> (u64, u64) {
+    use mentor_lab::app::settings::Settings;
+    use mentor_lab::app::storage::{load_history, load_settings, HISTORY_FILE, SETTINGS_FILE};
+    use mentor_lab::app::view::RunRecord;
+    let settings = serde_json::to_vec_pretty(&Settings::default()).unwrap();
+    let run = |i: u64| RunRecord {
+        when: 1_790_000_000 + i,
+        config: "TV=0.50, k=8".into(),
+        prompt: "Write a short poem about the sea.".into(),
+        seed: i,
+        temperature: 0.7,
+        n_tokens: 128,
+        acceptance: 0.72,
+        rounds: 30,
+        e2e_s: 1.2,
+        tok_s: 106.0,
+        speedup: 2.1,
+        target_nll: 1.9,
+        mean_tv: 0.41,
+    };
+    let mut history = Vec::new();
+    for i in 0..4 {
+        history.extend(serde_json::to_vec(&run(i)).unwrap());
+        history.push(b'\n');
+    }
+    let dir = tempfile::tempdir().unwrap();
+    run_target(
+        5,
+        "saved-state",
+        seed,
+        n,
+        |rng| {
+            let which = rng.below(2) as u8;
+            let mut text = if which == 0 { settings.clone() } else { history.clone() };
+            for _ in 0..1 + rng.below(3) {
+                let spans = number_spans(&text);
+                if rng.below(2) == 0 && !spans.is_empty() {
+                    let span = spans[rng.below(spans.len())].clone();
+                    text.splice(span, JSON_NUMBERS[rng.below(JSON_NUMBERS.len())].bytes());
+                } else {
+                    mutate(rng, &mut text, &[]);
+                }
+            }
+            let mut input = vec![which];
+            input.extend(text);
+            input
+        },
+        |input| {
+            let (&which, bytes) = input.split_first().unwrap_or((&0, &[]));
+            for e in std::fs::read_dir(dir.path()).unwrap().flatten() {
+                std::fs::remove_file(e.path()).unwrap();
+            }
+            let name = if which == 0 { SETTINGS_FILE } else { HISTORY_FILE };
+            std::fs::write(dir.path().join(name), bytes).unwrap();
+            let notice = if which == 0 {
+                let loaded = load_settings(dir.path());
+                let s = &loaded.value;
+                assert!(s.target_request().validate().is_ok(), "{s:?}");
+                assert!(s.mentored_request().validate().is_ok(), "{s:?}");
+                assert!((0.5..=3.0).contains(&s.zoom), "{s:?}");
+                loaded.notice
+            } else {
+                let loaded = load_history(dir.path());
+                let lines = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count();
+                assert!(loaded.value.len() <= lines);
+                loaded.notice
+            };
+            // A file that was moved aside is kept byte for byte.
+            let aside: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().contains(".bad-"))
+                .collect();
+            for e in &aside {
+                assert_eq!(std::fs::read(e.path()).unwrap(), bytes, "the file moved aside is the original");
+            }
+            match notice {
+                None => Ok(()),
+                Some(n) => Err(n),
+            }
+        },
+    )
+}
+
 // ---------------------------------------------------------------------------------------------
 // Short runs (part of `cargo test`)
 
@@ -508,6 +632,12 @@ fn fuzz_load_forward_short() {
 #[test]
 fn fuzz_chat_template_short() {
     let (n_ok, n_err) = fuzz_chat_template(4, iters(1000, false));
+    assert!(n_ok > 0 && n_err > 0, "{n_ok} Ok, {n_err} errors");
+}
+
+#[test]
+fn fuzz_saved_state_short() {
+    let (n_ok, n_err) = fuzz_saved_state(5, iters(2000, false));
     assert!(n_ok > 0 && n_err > 0, "{n_ok} Ok, {n_err} errors");
 }
 
@@ -537,6 +667,12 @@ fn fuzz_load_forward_long() {
 #[ignore]
 fn fuzz_chat_template_long() {
     fuzz_chat_template(104, iters(0, true));
+}
+
+#[test]
+#[ignore]
+fn fuzz_saved_state_long() {
+    fuzz_saved_state(105, iters(0, true));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -242,3 +242,37 @@ fn persist_open_reports_bad_files() {
     assert_eq!(r.notices.len(), 1, "{:?}", r.notices);
     assert!(r.notices[0].contains("settings.json") && r.notices[0].contains(".bad-"));
 }
+
+/// Settings files that parse but hold values the controls never allow (found by
+/// `fuzz_saved_state`; the inputs are in tests/data/fuzz/): each value is brought into range, the
+/// window says which, and the requests the app would send validate.
+#[test]
+fn out_of_range_settings_are_brought_into_range_and_named() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fuzz");
+    for (file, fields) in [
+        ("settings-top-p-zero-sweep-seeds-zero.json", vec!["top-p", "sweep seeds"]),
+        ("settings-zoom-u64-max.json", vec!["zoom"]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(data.join(file), dir.path().join(SETTINGS_FILE)).unwrap();
+        let loaded = storage::load_settings(dir.path());
+        let notice = loaded.notice.unwrap_or_default();
+        for f in &fields {
+            assert!(notice.contains(f), "{file}: {notice}");
+        }
+        let s = loaded.value;
+        assert!(s.target_request().validate().is_ok() && s.mentored_request().validate().is_ok(), "{file}: {s:?}");
+        assert!((0.5..=3.0).contains(&s.zoom) && s.sweep_seeds >= 1 && s.top_p >= 0.05, "{file}: {s:?}");
+        assert!(files_starting(dir.path(), "settings.json.bad").is_empty(), "a file that parses is not moved aside");
+    }
+    // Non-finite values cannot be written in JSON, but a NaN in memory (an older version's
+    // eframe storage) takes the default.
+    let mut s = Settings { temperature: f32::NAN, budget: f64::INFINITY, max_tokens: 0, ..Settings::default() };
+    let changed = s.sanitize();
+    assert_eq!(changed, vec!["temperature", "budget", "max tokens"]);
+    assert_eq!(
+        (s.temperature, s.budget, s.max_tokens),
+        (Settings::default().temperature, Settings::default().budget, 1)
+    );
+    assert!(Settings::default().clone().sanitize().is_empty(), "the defaults are in range");
+}

@@ -77,7 +77,62 @@ impl Default for Settings {
     }
 }
 
+/// Longest prompt kept from a settings file (bytes): far more than the model's context holds, short
+/// enough that the prompt box stays responsive.
+pub const MAX_SAVED_PROMPT: usize = 1 << 16;
+
 impl Settings {
+    /// Bring every value into the range the controls allow (a settings file may hold anything):
+    /// out-of-range numbers are clamped, non-finite ones take their default. Returns the names of
+    /// the fields that changed.
+    pub fn sanitize(&mut self) -> Vec<&'static str> {
+        let d = Settings::default();
+        let mut changed = Vec::new();
+        let mut fix_f32 = |v: &mut f32, lo: f32, hi: f32, default: f32, name: &'static str| {
+            let fixed = if v.is_finite() { v.clamp(lo, hi) } else { default };
+            if fixed.to_bits() != v.to_bits() {
+                *v = fixed;
+                changed.push(name);
+            }
+        };
+        fix_f32(&mut self.temperature, 0.0, 2.0, d.temperature, "temperature");
+        fix_f32(&mut self.repeat_penalty, 1.0, 2.0, d.repeat_penalty, "repetition penalty");
+        fix_f32(&mut self.top_p, 0.05, 1.0, d.top_p, "top-p");
+        fix_f32(&mut self.zoom, 0.5, 3.0, d.zoom, "zoom");
+        let max_budget = if self.rule == MentorRule::Kl { 2.0 } else { 1.0 };
+        let budget = if self.budget.is_finite() { self.budget.clamp(0.0, max_budget) } else { d.budget };
+        if budget.to_bits() != self.budget.to_bits() {
+            self.budget = budget;
+            changed.push("budget");
+        }
+        let mut fix_usize = |v: &mut usize, lo: usize, hi: usize, name: &'static str| {
+            if !(lo..=hi).contains(v) {
+                *v = (*v).clamp(lo, hi);
+                changed.push(name);
+            }
+        };
+        fix_usize(&mut self.max_tokens, 1, 1024, "max tokens");
+        fix_usize(&mut self.draft_len, 1, crate::adaptive::MAX_DRAFT_LEN, "draft length");
+        fix_usize(&mut self.experiment_repeats, 1, 20, "experiment repeats");
+        let mut fix_u64 = |v: &mut u64, hi: u64, name: &'static str| {
+            if !(1..=hi).contains(v) {
+                *v = (*v).clamp(1, hi);
+                changed.push(name);
+            }
+        };
+        fix_u64(&mut self.experiment_seeds, 50, "experiment seeds");
+        fix_u64(&mut self.sweep_seeds, 20, "sweep seeds");
+        if self.prompt.len() > MAX_SAVED_PROMPT {
+            let mut end = MAX_SAVED_PROMPT;
+            while !self.prompt.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.prompt.truncate(end);
+            changed.push("prompt");
+        }
+        changed
+    }
+
     pub fn draft_len(&self) -> DraftLen {
         if self.adaptive {
             DraftLen::Auto

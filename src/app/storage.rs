@@ -62,7 +62,17 @@ pub fn load_settings(dir: &Path) -> Loaded<Settings> {
         Err(e) => return bad_file(&path, &format!("it could not be read ({e})"), Settings::default()),
     };
     match serde_json::from_slice::<Settings>(&text) {
-        Ok(value) => Loaded { value, existed: true, notice: None },
+        Ok(mut value) => {
+            let changed = value.sanitize();
+            let notice = (!changed.is_empty()).then(|| {
+                format!(
+                    "{} held values out of range ({}); they were set to the nearest allowed value.",
+                    path.display(),
+                    changed.join(", ")
+                )
+            });
+            Loaded { value, existed: true, notice }
+        }
         Err(e) => bad_file(&path, &format!("it does not parse ({e})"), Settings::default()),
     }
 }
@@ -322,7 +332,11 @@ impl Persist {
         // Settings that came from a file need no write until they change.
         let (settings, saved_settings) = match s.existed {
             true => (s.value.clone(), Some(s.value)),
-            false => (old_settings().unwrap_or(s.value), None),
+            false => {
+                let mut old = old_settings().unwrap_or(s.value);
+                old.sanitize();
+                (old, None)
+            }
         };
         let h = load_history(dir);
         notices.extend(h.notice);
