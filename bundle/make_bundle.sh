@@ -3,10 +3,18 @@
 #
 #   bundle/make_bundle.sh                 on a Mac: release build with Metal, ad-hoc signed
 #   bundle/make_bundle.sh --universal     on a Mac: arm64 + x86_64 in one binary (lipo)
+#   bundle/make_bundle.sh --macos-from-linux [--profile PROFILE]
+#                                         on Linux: the arm64 macOS executable linked here
+#                                         (bundle/link_macos.sh; PROFILE release by default),
+#                                         checked statically (bundle/check_macos_app.py) and, where
+#                                         rcodesign is installed, signed ad hoc
 #   bundle/make_bundle.sh --linux [--binary PATH]
 #                                         anywhere: the same folder layout around a Linux
 #                                         binary (to check the layout; it does not run on macOS)
 #   --out DIR                             where to put the .app (default: target/bundle)
+#
+# Every bundle carries the default target model (SmolLM2-135M-Instruct, Apache-2.0, with its
+# licence), so that a first launch works offline and without Python.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
@@ -14,9 +22,12 @@ out="$root/target/bundle"
 mode=mac
 universal=0
 binary=""
+profile=release
 while [ $# -gt 0 ]; do
   case "$1" in
     --linux) mode=linux ;;
+    --macos-from-linux) mode=macos-from-linux ;;
+    --profile) profile="$2"; shift ;;
     --universal) universal=1 ;;
     --binary) binary="$2"; shift ;;
     --out) out="$2"; shift ;;
@@ -43,6 +54,8 @@ if [ "$mode" = mac ]; then
     (cd "$root" && cargo build --release --features metal)
     binary="$root/target/release/mentor-lab"
   fi
+elif [ "$mode" = macos-from-linux ]; then
+  binary="$(bash "$here/link_macos.sh" --profile "$profile" | tail -n1)"
 elif [ -z "$binary" ]; then
   (cd "$root" && cargo build --release)
   binary="$root/target/release/mentor-lab"
@@ -54,8 +67,9 @@ rm -rf "$app"
 mkdir -p "$app/Contents/MacOS" "$app/Contents/Resources"
 sed "s/@VERSION@/$version/g" "$here/Info.plist.in" > "$app/Contents/Info.plist"
 printf 'APPL????' > "$app/Contents/PkgInfo"
-cp "$binary" "$app/Contents/MacOS/mentor-lab"
-chmod 755 "$app/Contents/MacOS/mentor-lab"
+# Named as the app: macOS titles the application menu ("Quit Mentor Lab") after the process.
+cp "$binary" "$app/Contents/MacOS/Mentor Lab"
+chmod 755 "$app/Contents/MacOS/Mentor Lab"
 # Assets (default draft, prompts, icon source) where the app looks for them inside a bundle.
 mkdir -p "$app/Contents/Resources/assets"
 for item in models prompts icon.png; do
@@ -65,11 +79,20 @@ done
 # Metal, where it would only give an error. (It stays in the repository for CPU runs.)
 rm -f "$app/Contents/Resources/assets/models/smollm2-135m-feature-draft.Q8_0.gguf"
 python3 "$here/make_icon.py" icns "$root/assets/icon.png" "$app/Contents/Resources/AppIcon.icns"
+python3 "$here/default_model.py" "$app/Contents/Resources/assets/models"
 
 if [ "$mode" = mac ]; then
   plutil -lint "$app/Contents/Info.plist"
   codesign --force --deep -s - "$app"
   echo "built and ad-hoc signed: $app"
+elif [ "$mode" = macos-from-linux ]; then
+  python3 "$here/check_macos_app.py" "$app"
+  if command -v rcodesign >/dev/null; then
+    rcodesign sign "$app"
+    echo "built, checked and ad-hoc signed: $app"
+  else
+    echo "built and checked: $app (only the linker's signature: sign with 'rcodesign sign', see docs/macos.md)"
+  fi
 else
   echo "built (Linux layout check): $app"
 fi

@@ -302,6 +302,9 @@ pub fn load_engine(args: &ModelArgs, need_draft: bool) -> Result<Engine> {
         mentor_lab::set_threads(n);
     }
     let device = mentor_lab::model::default_device();
+    if let Some(note) = mentor_lab::model::device_note() {
+        eprintln!("{note}");
+    }
     let target_path = match &args.target {
         Some(p) => p.clone(),
         None => models::ensure_default_target(&mut fetch_progress_to_stderr())?,

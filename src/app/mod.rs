@@ -504,14 +504,77 @@ pub(crate) fn set_animations(ctx: &egui::Context, on: bool) {
 /// Open the window.
 pub fn run_app() -> anyhow::Result<()> {
     measure::name_compute_threads();
-    let options = eframe::NativeOptions {
-        viewport: egui::ViewportBuilder::default()
-            .with_title("Mentor Lab")
-            .with_inner_size([1400.0, 900.0])
-            .with_min_inner_size([900.0, 600.0]),
-        persist_window: true,
-        ..Default::default()
-    };
-    eframe::run_native("Mentor Lab", options, Box::new(|cc| Ok(Box::new(MentorApp::from_creation_context(cc)))))
-        .map_err(|e| anyhow::anyhow!("the window could not be opened: {e}"))
+    let mut last_error = String::new();
+    for renderer in renderers_for(std::env::consts::OS) {
+        let Some(eframe_renderer) = renderer.to_eframe() else { continue };
+        let options = eframe::NativeOptions {
+            viewport: main_viewport(),
+            persist_window: true,
+            renderer: eframe_renderer,
+            ..Default::default()
+        };
+        match eframe::run_native(
+            "Mentor Lab",
+            options,
+            Box::new(|cc| Ok(Box::new(MentorApp::from_creation_context(cc)))),
+        ) {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                eprintln!("mentor-lab: the {renderer:?} renderer could not start ({e}); trying the next one");
+                last_error = e.to_string();
+            }
+        }
+    }
+    Err(anyhow::anyhow!("the window could not be opened: {last_error}"))
+}
+
+/// The main window: titled "Mentor Lab", with the app's icon (eframe's own would show in the
+/// Dock and the task bar otherwise).
+pub fn main_viewport() -> egui::ViewportBuilder {
+    let viewport = egui::ViewportBuilder::default()
+        .with_title("Mentor Lab")
+        .with_app_id("mentor-lab")
+        .with_inner_size([1400.0, 900.0])
+        .with_min_inner_size([900.0, 600.0]);
+    match app_icon() {
+        Some(icon) => viewport.with_icon(icon),
+        None => viewport,
+    }
+}
+
+/// The app's icon (assets/icon.png, compiled in), decoded for the window.
+pub fn app_icon() -> Option<egui::IconData> {
+    eframe::icon_data::from_png_bytes(include_bytes!("../../assets/icon.png")).ok()
+}
+
+/// A way to draw the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UiRenderer {
+    /// wgpu: Metal on macOS.
+    Wgpu,
+    /// OpenGL through glow.
+    Glow,
+}
+
+impl UiRenderer {
+    /// eframe's name for it, where this build has it.
+    fn to_eframe(self) -> Option<eframe::Renderer> {
+        match self {
+            #[cfg(target_os = "macos")]
+            UiRenderer::Wgpu => Some(eframe::Renderer::Wgpu),
+            #[cfg(not(target_os = "macos"))]
+            UiRenderer::Wgpu => None,
+            UiRenderer::Glow => Some(eframe::Renderer::Glow),
+        }
+    }
+}
+
+/// Renderers to try, in order, on operating system `os`: on macOS wgpu on Metal first (OpenGL is
+/// deprecated there, and eframe apps on glow have crashed after sleep or a display change), glow
+/// if it cannot start; elsewhere glow, which software rendering draws fastest.
+pub fn renderers_for(os: &str) -> Vec<UiRenderer> {
+    match os {
+        "macos" => vec![UiRenderer::Wgpu, UiRenderer::Glow],
+        _ => vec![UiRenderer::Glow],
+    }
 }

@@ -388,6 +388,7 @@ impl ViewState {
                 // A new model invalidates the cached target-only result.
                 self.target_request = None;
             }
+            EngineEvent::Notice(message) => self.error = Some(message),
             EngineEvent::Unloaded => {
                 self.models.target = None;
                 self.models.draft = None;
