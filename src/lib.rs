@@ -1,13 +1,15 @@
 //! Mentor Lab: speculative and mentored decoding with real models, instrumented so that what the
 //! draft contributes — and what it costs in quality — can be seen token by token.
 //!
-//! The engine (everything but `app`) knows nothing of the UI:
+//! The engine (everything but `app`, which the `app` feature adds) knows nothing of the UI, and
+//! builds without any UI or command-line crate:
 //! `gguf` opens files, `model` runs the transformer with a rollback-able KV cache, `tokenizer`
 //! turns text into ids, `sampling` turns logits into distributions and tokens, `mentor` holds the
 //! accept / residual rule for a TV or KL budget, `adaptive` picks the draft length, `generate`
 //! runs rounds, `engine` ties a target and a draft together, `models` finds and fetches files.
 
 pub mod adaptive;
+#[cfg(feature = "app")]
 pub mod app;
 mod cpu_forward;
 /// The CPU attention kernels, public for `cargo bench`.
