@@ -65,8 +65,24 @@ pub fn vocab() -> (Vec<String>, Vec<String>) {
     (tokens, merges)
 }
 
-fn rand_tensor(shape: &[usize], scale: f64) -> Tensor {
-    (Tensor::randn(0f32, 1f32, shape, &Device::Cpu).unwrap() * scale).unwrap()
+/// Normal(0, scale²) values from a fixed seed (SplitMix64 and Box–Muller), so that every synthetic
+/// model, and every test on one, is the same on every run.
+fn rand_tensor(state: &mut u64, shape: &[usize], scale: f64) -> Tensor {
+    let n: usize = shape.iter().product();
+    let mut next = || {
+        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let v: Vec<f32> = (0..n)
+        .map(|_| {
+            let (u1, u2) = (next().max(1e-300), next());
+            ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos() * scale) as f32
+        })
+        .collect();
+    Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
 }
 
 pub fn write(path: &Path, spec: &Spec) {
@@ -74,32 +90,33 @@ pub fn write(path: &Path, spec: &Spec) {
     let n_vocab = tokens.len() + 6; // padded head, like Qwen's
     let hd = spec.n_embd / spec.n_head;
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
+    let mut rng = 0x5EED_u64;
     let mut add = |name: String, t: Tensor, quantize: bool| {
         let dtype = if quantize { spec.dtype } else { GgmlDType::F32 };
         tensors.push((name, QTensor::quantize(&t, dtype).unwrap()));
     };
-    add("token_embd.weight".into(), rand_tensor(&[n_vocab, spec.n_embd], 0.5), true);
-    add("output_norm.weight".into(), (rand_tensor(&[spec.n_embd], 0.1) + 1.0).unwrap(), false);
+    add("token_embd.weight".into(), rand_tensor(&mut rng, &[n_vocab, spec.n_embd], 0.5), true);
+    add("output_norm.weight".into(), (rand_tensor(&mut rng, &[spec.n_embd], 0.1) + 1.0).unwrap(), false);
     for i in 0..spec.n_layer {
         let p = format!("blk.{i}");
         let w = 1.0 / (spec.n_embd as f64).sqrt();
-        add(format!("{p}.attn_norm.weight"), (rand_tensor(&[spec.n_embd], 0.1) + 1.0).unwrap(), false);
-        add(format!("{p}.ffn_norm.weight"), (rand_tensor(&[spec.n_embd], 0.1) + 1.0).unwrap(), false);
-        add(format!("{p}.attn_q.weight"), rand_tensor(&[spec.n_head * hd, spec.n_embd], w), true);
-        add(format!("{p}.attn_k.weight"), rand_tensor(&[spec.n_kv_head * hd, spec.n_embd], w), true);
-        add(format!("{p}.attn_v.weight"), rand_tensor(&[spec.n_kv_head * hd, spec.n_embd], w), true);
-        add(format!("{p}.attn_output.weight"), rand_tensor(&[spec.n_embd, spec.n_head * hd], w), true);
-        add(format!("{p}.ffn_gate.weight"), rand_tensor(&[spec.n_ff, spec.n_embd], w), true);
-        add(format!("{p}.ffn_up.weight"), rand_tensor(&[spec.n_ff, spec.n_embd], w), true);
+        add(format!("{p}.attn_norm.weight"), (rand_tensor(&mut rng, &[spec.n_embd], 0.1) + 1.0).unwrap(), false);
+        add(format!("{p}.ffn_norm.weight"), (rand_tensor(&mut rng, &[spec.n_embd], 0.1) + 1.0).unwrap(), false);
+        add(format!("{p}.attn_q.weight"), rand_tensor(&mut rng, &[spec.n_head * hd, spec.n_embd], w), true);
+        add(format!("{p}.attn_k.weight"), rand_tensor(&mut rng, &[spec.n_kv_head * hd, spec.n_embd], w), true);
+        add(format!("{p}.attn_v.weight"), rand_tensor(&mut rng, &[spec.n_kv_head * hd, spec.n_embd], w), true);
+        add(format!("{p}.attn_output.weight"), rand_tensor(&mut rng, &[spec.n_embd, spec.n_head * hd], w), true);
+        add(format!("{p}.ffn_gate.weight"), rand_tensor(&mut rng, &[spec.n_ff, spec.n_embd], w), true);
+        add(format!("{p}.ffn_up.weight"), rand_tensor(&mut rng, &[spec.n_ff, spec.n_embd], w), true);
         add(
             format!("{p}.ffn_down.weight"),
-            rand_tensor(&[spec.n_embd, spec.n_ff], 1.0 / (spec.n_ff as f64).sqrt()),
+            rand_tensor(&mut rng, &[spec.n_embd, spec.n_ff], 1.0 / (spec.n_ff as f64).sqrt()),
             true,
         );
         if spec.biases {
-            add(format!("{p}.attn_q.bias"), rand_tensor(&[spec.n_head * hd], 0.1), false);
-            add(format!("{p}.attn_k.bias"), rand_tensor(&[spec.n_kv_head * hd], 0.1), false);
-            add(format!("{p}.attn_v.bias"), rand_tensor(&[spec.n_kv_head * hd], 0.1), false);
+            add(format!("{p}.attn_q.bias"), rand_tensor(&mut rng, &[spec.n_head * hd], 0.1), false);
+            add(format!("{p}.attn_k.bias"), rand_tensor(&mut rng, &[spec.n_kv_head * hd], 0.1), false);
+            add(format!("{p}.attn_v.bias"), rand_tensor(&mut rng, &[spec.n_kv_head * hd], 0.1), false);
         }
     }
     let a = spec.arch;
