@@ -12,6 +12,7 @@ pub mod adaptive;
 #[cfg(feature = "app")]
 pub mod app;
 mod cpu_forward;
+mod embedding;
 /// The CPU attention kernels, public for `cargo bench`.
 pub mod attention {
     pub use crate::cpu_forward::{head_attend, heads_attend};

@@ -6,6 +6,7 @@
 //! biases (qwen2) and in which dimensions RoPE pairs up (see [`crate::gguf::Arch`]).
 
 use crate::cpu_forward::{self, CpuModel};
+use crate::embedding::Embedding;
 use crate::error::{EngineError, Result};
 use crate::gguf::{dtype_name, Arch, ModelConfig, ModelFile};
 use crate::kernels::{Q4Matrix, Q8Matrix};
@@ -172,7 +173,8 @@ struct LayerCache {
 pub struct Transformer {
     pub config: ModelConfig,
     device: Device,
-    embed: Tensor, // (n_vocab, n_embd), f32, for the token lookup
+    /// (n_vocab, n_embd), as in the file, for the token lookup.
+    embed: Embedding,
     layers: Vec<Layer>,
     out_norm: Tensor, // (n_embd)
     /// (n_vocab, n_embd); the embedding matrix when tied. None for a feature draft that borrows
@@ -395,14 +397,13 @@ impl Transformer {
             ct.tensor_infos.contains_key("token_embd.weight") || file.feature_draft().ok().flatten().is_none();
         let (embed, head_q) = match own_embedding {
             true => {
-                let embed_q = read("token_embd.weight")?;
-                let embed = embed_q.dequantize(device)?;
-                (
-                    embed,
-                    Some(if ct.tensor_infos.contains_key("output.weight") { read("output.weight")? } else { embed_q }),
-                )
+                let embed = Embedding::new(std::sync::Arc::new(read("token_embd.weight")?), device)?;
+                // A tied head reads the embedding again: the head's kernels keep their own layout.
+                let head =
+                    if ct.tensor_infos.contains_key("output.weight") { "output.weight" } else { "token_embd.weight" };
+                (embed, Some(read(head)?))
             }
-            false => (Tensor::zeros((0, cfg.n_embd), DType::F32, device)?, None),
+            false => (Embedding::None { n_embd: cfg.n_embd }, None),
         };
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
@@ -668,8 +669,7 @@ impl Transformer {
             return Err(EngineError::InvalidSetting("feature draft: one feature per token expected".into()));
         }
         let pos = self.n_cached;
-        let ids = Tensor::new(tokens, &self.device)?;
-        let emb = self.embed.index_select(&ids, 0)?.flatten_all()?.to_vec1::<f32>()?;
+        let emb = self.embed.rows(tokens)?;
         let x = self.feature_input()?.input(&emb, feats);
         let max = self.cos.dims()[0];
         let Some(cpu) = self.cpu.as_mut() else {
@@ -791,8 +791,7 @@ impl Transformer {
             }
             self.allocate_cache(cap.min(self.max_context()))?;
         }
-        let ids = Tensor::new(tokens, &self.device)?;
-        let mut x = self.embed.index_select(&ids, 0)?; // (n_new, n_embd)
+        let mut x = self.embed.rows_tensor(tokens, &self.device)?; // (n_new, n_embd)
         let cos = self.cos.narrow(0, pos, n_new)?;
         let sin = self.sin.narrow(0, pos, n_new)?;
         let mask = if n_new > 1 { Some(self.causal_mask(pos, n_new)?) } else { None };
@@ -831,8 +830,7 @@ impl Transformer {
         }
         self.tokens_alone()?;
         let Some(cpu) = self.cpu.as_mut() else { return Ok(None) };
-        let ids = Tensor::new(tokens, &self.device)?;
-        let x = self.embed.index_select(&ids, 0)?.flatten_all()?.to_vec1::<f32>()?;
+        let x = self.embed.rows(tokens)?;
         cpu.reserve(&self.config, pos + n_new, pos, self.cos.dims()[0]);
         let h = cpu.forward(&self.config, x, pos);
         self.n_cached = pos + n_new;

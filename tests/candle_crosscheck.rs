@@ -139,7 +139,9 @@ fn synthetic_llama_and_qwen2_agree_with_candle_transformers() {
         for &native in paths {
             let ours = our_logits(&path, &ids, WeightFormat::File, native);
             let (kl, top_diff, same_first) = compare(&ours, &theirs);
-            eprintln!("{arch} {n_head}:{n_kv_head} {dtype:?}, native {native}: KL {kl:.2e}, top-5 |Δ log p| {top_diff:.2e}");
+            eprintln!(
+                "{arch} {n_head}:{n_kv_head} {dtype:?}, native {native}: KL {kl:.2e}, top-5 |Δ log p| {top_diff:.2e}"
+            );
             assert!(same_first && kl < max_kl, "{arch} {dtype:?} native {native}: KL {kl}, top-5 |Δ log p| {top_diff}");
         }
     }
