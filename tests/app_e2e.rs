@@ -1,33 +1,12 @@
 //! The real engine thread with the default pair, driven through the app: both panes fill.
 
+#[path = "common/app.rs"]
+mod ui;
+
+use ui::{wait_until, NoDialogs};
 use mentor_lab::app::engine_thread;
 use mentor_lab::app::settings::Settings;
-use mentor_lab::app::{Dialogs, MentorApp, UiCommand};
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
-
-struct NoDialogs;
-impl Dialogs for NoDialogs {
-    fn open_model(&mut self) -> Option<PathBuf> {
-        None
-    }
-    fn save_file(&mut self, _: &str) -> Option<PathBuf> {
-        None
-    }
-}
-
-fn wait_until(app: &mut MentorApp, what: &str, mut done: impl FnMut(&MentorApp) -> bool) {
-    let start = Instant::now();
-    while !done(app) {
-        assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "timed out waiting for {what}; error: {:?}",
-            app.view.error
-        );
-        std::thread::sleep(Duration::from_millis(20));
-        app.poll_engine();
-    }
-}
+use mentor_lab::app::{MentorApp, UiCommand};
 
 #[test]
 fn real_engine_fills_both_panes() {

@@ -6,35 +6,18 @@
 mod common;
 #[path = "common/driver.rs"]
 mod driver;
+#[path = "common/app.rs"]
+mod ui;
 
 use driver::Driver;
+use ui::{wait_until, NoDialogs};
 use mentor_lab::app::engine_thread::{self, EngineCommand, EngineEvent, ModelChoice, Pane};
 use mentor_lab::app::settings::Settings;
-use mentor_lab::app::{Dialogs, MentorApp, UiCommand};
+use mentor_lab::app::{MentorApp, UiCommand};
 use mentor_lab::generate::{GenerateRequest, Mode};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-struct NoDialogs;
-impl Dialogs for NoDialogs {
-    fn open_model(&mut self) -> Option<PathBuf> {
-        None
-    }
-    fn save_file(&mut self, _: &str) -> Option<PathBuf> {
-        None
-    }
-}
-
-fn wait_until(app: &mut MentorApp, what: &str, mut done: impl FnMut(&MentorApp) -> bool) {
-    let start = Instant::now();
-    while !done(app) {
-        assert!(start.elapsed() < Duration::from_secs(600), "timed out waiting for {what}: {:?}", app.view.error);
-        std::thread::sleep(Duration::from_millis(20));
-        app.poll_engine();
-    }
-}
 
 /// A panic inside the engine during a run: the window says the engine crashed and restarted, the
 /// runs already in the table stay, the models come back and the next run works.
