@@ -3,10 +3,10 @@
 #[path = "common/app.rs"]
 mod ui;
 
-use ui::{wait_until, NoDialogs};
 use mentor_lab::app::engine_thread;
 use mentor_lab::app::settings::Settings;
 use mentor_lab::app::{MentorApp, UiCommand};
+use ui::{wait_until, NoDialogs};
 
 #[test]
 fn real_engine_fills_both_panes() {

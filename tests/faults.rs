@@ -10,7 +10,6 @@ mod driver;
 mod ui;
 
 use driver::Driver;
-use ui::{wait_until, NoDialogs};
 use mentor_lab::app::engine_thread::{self, EngineCommand, EngineEvent, ModelChoice, Pane};
 use mentor_lab::app::settings::Settings;
 use mentor_lab::app::{MentorApp, UiCommand};
@@ -18,6 +17,7 @@ use mentor_lab::generate::{GenerateRequest, Mode};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use ui::{wait_until, NoDialogs};
 
 /// A panic inside the engine during a run: the window says the engine crashed and restarted, the
 /// runs already in the table stay, the models come back and the next run works.
