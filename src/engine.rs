@@ -7,17 +7,71 @@ use crate::generate::{
 };
 use crate::gguf::ModelFile;
 use crate::model::{Transformer, WeightFormat};
+use crate::models::{self, FetchProgress};
+use crate::options::EngineOptions;
 use crate::tokenizer::TextTokenizer;
 use candle_core::Device;
-use std::path::Path;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-/// Open, validate and load one GGUF model with its tokenizer.
+/// Open, validate and load one GGUF model with its tokenizer, with the process's options.
 pub fn load_model(path: &Path, format: WeightFormat, device: &Device) -> Result<LoadedModel> {
+    load_model_with(path, format, device, &crate::options::current())
+}
+
+/// [`load_model`] with `options` choosing the engine's paths.
+pub fn load_model_with(
+    path: &Path,
+    format: WeightFormat,
+    device: &Device,
+    options: &EngineOptions,
+) -> Result<LoadedModel> {
     let file = ModelFile::open(path)?;
     let tokenizer = TextTokenizer::from_model_file(&file)?;
-    let model = Transformer::load(&file, format, device)?;
+    let model = Transformer::load_with(&file, format, device, options)?;
     Ok(LoadedModel { model, tokenizer, info: file.info() })
+}
+
+/// Which models to load. `None` means the default: the default target (fetched if missing), the
+/// draft shipped for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ModelChoice {
+    pub target: Option<PathBuf>,
+    pub draft: Option<PathBuf>,
+    pub weights: WeightFormat,
+}
+
+/// Whether a load needs a draft.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DraftUse {
+    /// Target only (a named draft is not loaded either).
+    Skip,
+    /// The chosen or shipped draft when it loads and fits; otherwise the target alone, with the
+    /// draft's error in [`LoadedPair::draft_error`].
+    IfAvailable,
+    /// A draft, or the load fails.
+    Required,
+}
+
+/// What a load is doing, for progress displays.
+#[derive(Debug)]
+pub enum LoadStep<'a> {
+    /// The default target is being fetched.
+    Fetch(FetchProgress),
+    /// The target's header, tensor table and tokenizer are sound: a caller may now release
+    /// the models it loaded before (the load itself needs their memory).
+    Checked,
+    /// A model file is being read.
+    Loading(&'a Path),
+    /// Something the user should know (the device fell back to the CPU, say).
+    Notice(String),
+}
+
+/// A loaded pair, with the reason the draft is missing when it was optional.
+pub struct LoadedPair {
+    pub engine: Engine,
+    pub draft_error: Option<EngineError>,
 }
 
 pub struct Engine {
@@ -26,6 +80,52 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// The one way the CLI, the app and `bench` load models: resolve the target (fetching the
+    /// default one), check it, pick the device, load the target, then the draft as `draft_use`
+    /// says, with a vocabulary check.
+    pub fn load(
+        choice: &ModelChoice,
+        draft_use: DraftUse,
+        options: &EngineOptions,
+        progress: &mut dyn FnMut(LoadStep),
+    ) -> Result<LoadedPair> {
+        let target_path = match &choice.target {
+            Some(p) => p.clone(),
+            None => models::ensure_default_target(&mut |p| progress(LoadStep::Fetch(p)))?,
+        };
+        let file = ModelFile::open(&target_path)?;
+        TextTokenizer::from_model_file(&file)?;
+        progress(LoadStep::Checked);
+        let device = crate::model::default_device();
+        if let Some(note) = crate::model::device_note() {
+            progress(LoadStep::Notice(note));
+        }
+        progress(LoadStep::Loading(&target_path));
+        let target = load_model_with(&target_path, choice.weights, &device, options)?;
+        let draft_path = match (&choice.draft, draft_use) {
+            (_, DraftUse::Skip) => None,
+            (Some(p), _) => Some(models::resolve_draft(p)),
+            (None, _) => models::default_draft().map(Ok),
+        };
+        let draft = match draft_path {
+            None if draft_use == DraftUse::Required => Err(EngineError::InvalidSetting(
+                "no draft model: pass --draft PATH, or restore assets/models/ (the default draft ships there)".into(),
+            )),
+            None => Ok(None),
+            Some(path) => path.and_then(|p| {
+                progress(LoadStep::Loading(&p));
+                let d = load_model_with(&p, choice.weights, &device, options)?;
+                crate::generate::check_vocab(&target, &d)?;
+                Ok(Some(d))
+            }),
+        };
+        match (draft, draft_use) {
+            (Ok(draft), _) => Ok(LoadedPair { engine: Engine { target, draft }, draft_error: None }),
+            (Err(e), DraftUse::Required) => Err(e),
+            (Err(e), _) => Ok(LoadedPair { engine: Engine { target, draft: None }, draft_error: Some(e) }),
+        }
+    }
+
     pub fn new(target: LoadedModel, draft: Option<LoadedModel>) -> Result<Engine> {
         if let Some(d) = &draft {
             crate::generate::check_vocab(&target, d)?;

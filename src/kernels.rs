@@ -1027,19 +1027,19 @@ impl Q8Matrix {
     }
 }
 
-/// Whether the CPU has AVX-512 VNNI (with 256-bit forms); `MENTOR_LAB_KERNEL=avx2` turns it off.
+/// Whether the CPU has AVX-512 VNNI (with 256-bit forms); the `avx2` kernel path turns it off.
 #[cfg(target_arch = "x86_64")]
 fn use_vnni() -> bool {
     static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *VNNI.get_or_init(|| {
         is_x86_feature_detected!("avx512vnni")
             && is_x86_feature_detected!("avx512vl")
-            && std::env::var("MENTOR_LAB_KERNEL").map(|v| v != "avx2").unwrap_or(true)
+            && crate::options::current().kernel != crate::options::KernelPath::Avx2
     })
 }
 
 /// Whether the VNNI kernels use 512-bit vectors too (AVX-512 F, BW, VNNI and VL);
-/// `MENTOR_LAB_KERNEL=vnni256` keeps them to 256 bits (`avx2` turns VNNI off altogether).
+/// the `vnni256` kernel path keeps them to 256 bits (`avx2` turns VNNI off altogether).
 #[cfg(target_arch = "x86_64")]
 fn use_vnni512() -> bool {
     static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -1047,7 +1047,7 @@ fn use_vnni512() -> bool {
         use_vnni()
             && is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")
-            && std::env::var("MENTOR_LAB_KERNEL").map(|v| v != "vnni256").unwrap_or(true)
+            && crate::options::current().kernel != crate::options::KernelPath::Vnni256
     })
 }
 
@@ -1573,7 +1573,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     fn vnni_kernels_equal_the_avx2_ones() {
         if !use_vnni() {
-            eprintln!("no AVX-512 VNNI on this CPU (or MENTOR_LAB_KERNEL=avx2): nothing to compare");
+            eprintln!("no AVX-512 VNNI on this CPU (or the avx2 kernel path): nothing to compare");
             return;
         }
         for (n_out, n_in) in [(67, 576), (13, 1536), (21, 480), (20, 64), (9, 32)] {
@@ -1661,7 +1661,7 @@ mod tests {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     fn amx_equals_the_vnni_kernel() {
         if !amx::available() {
-            eprintln!("no AMX here (or MENTOR_LAB_KERNEL turns it off): nothing to compare");
+            eprintln!("no AMX here (or the kernel path turns it off): nothing to compare");
             return;
         }
         for (n_out, n_in) in [(64, 576), (48, 1536), (35, 480), (32, 64), (16, 32), (67, 256)] {

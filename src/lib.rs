@@ -27,6 +27,7 @@ pub mod lookup;
 pub mod mentor;
 pub mod model;
 pub mod models;
+pub mod options;
 pub mod presets;
 pub mod sampling;
 mod team;
@@ -37,6 +38,7 @@ pub use error::{EngineError, Result};
 pub use generate::{DraftLen, GenEvent, GenerateRequest, Generation, Mode, TokenInfo, TokenSource};
 pub use mentor::{Coupling, MentorRule};
 pub use model::WeightFormat;
+pub use options::{EngineOptions, KernelPath};
 pub use sampling::SamplingParams;
 
 /// Set the number of CPU threads (rayon's pool, which runs our matmul kernels and candle's gemm).
@@ -44,7 +46,7 @@ pub use sampling::SamplingParams;
 pub fn set_threads(n: usize) {
     if n > 0 {
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-        if !model::use_batched_kernel() {
+        if !options::current().batched_kernels() {
             std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
         }
     }
@@ -61,7 +63,10 @@ pub fn init_threads() {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         std::env::set_var("RAYON_NUM_THREADS", candle_core::utils::get_num_threads().to_string());
     }
-    if cfg!(target_arch = "x86_64") && model::use_batched_kernel() && std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+    if cfg!(target_arch = "x86_64")
+        && options::current().batched_kernels()
+        && std::env::var_os("CANDLE_NUM_THREADS").is_none()
+    {
         std::env::set_var("CANDLE_NUM_THREADS", "1");
     }
 }

@@ -3,10 +3,11 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use mentor_lab::generate::LoadedModel;
+use mentor_lab::engine::{DraftUse, LoadStep, ModelChoice};
 use mentor_lab::models::{self, FetchProgress};
 use mentor_lab::{
-    Coupling, DraftLen, Engine, GenEvent, GenerateRequest, MentorRule, Mode, SamplingParams, WeightFormat,
+    Coupling, DraftLen, Engine, EngineOptions, GenEvent, GenerateRequest, KernelPath, MentorRule, Mode, SamplingParams,
+    WeightFormat,
 };
 use std::io::Write;
 use std::path::PathBuf;
@@ -100,6 +101,29 @@ pub struct ModelArgs {
     /// CPU threads (default: all physical cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Matrix kernels, to compare paths: auto, candle (candle's matmul), avx2, vnni256, noamx
+    /// (default: auto, or $MENTOR_LAB_KERNEL).
+    #[arg(long)]
+    pub kernel: Option<KernelPath>,
+    /// Decode steps on the tensor path instead of the tensor-free CPU step (or $MENTOR_LAB_NATIVE=0).
+    #[arg(long)]
+    pub no_cpu_step: bool,
+    /// The independent draft's full output head instead of its restricted one (or
+    /// $MENTOR_LAB_FULL_HEAD=1).
+    #[arg(long)]
+    pub full_head: bool,
+}
+
+impl ModelArgs {
+    /// The engine's options: the flags, over the environment's.
+    pub fn options(&self) -> Result<EngineOptions> {
+        let env = EngineOptions::from_env()?;
+        Ok(EngineOptions {
+            kernel: self.kernel.unwrap_or(env.kernel),
+            cpu_step: env.cpu_step && !self.no_cpu_step,
+            restricted_head: env.restricted_head && !self.full_head,
+        })
+    }
 }
 
 #[derive(Args)]
@@ -301,26 +325,17 @@ pub fn load_engine(args: &ModelArgs, need_draft: bool) -> Result<Engine> {
     if let Some(n) = args.threads {
         mentor_lab::set_threads(n);
     }
-    let device = mentor_lab::model::default_device();
-    if let Some(note) = mentor_lab::model::device_note() {
-        eprintln!("{note}");
-    }
-    let target_path = match &args.target {
-        Some(p) => p.clone(),
-        None => models::ensure_default_target(&mut fetch_progress_to_stderr())?,
-    };
-    let target = mentor_lab::load_model(&target_path, args.weights, &device)?;
-    let draft: Option<LoadedModel> = match (&args.draft, need_draft) {
-        (Some(p), _) => Some(mentor_lab::load_model(&models::resolve_draft(p)?, args.weights, &device)?),
-        (None, true) => {
-            let p = models::default_draft().context(
-                "no draft model: pass --draft PATH, or restore assets/models/ (the default draft ships there)",
-            )?;
-            Some(mentor_lab::load_model(&p, args.weights, &device)?)
-        }
-        (None, false) => None,
-    };
-    Ok(Engine::new(target, draft)?)
+    let options = args.options()?;
+    mentor_lab::options::set(options)?;
+    let choice = ModelChoice { target: args.target.clone(), draft: args.draft.clone(), weights: args.weights };
+    let draft_use = if need_draft || args.draft.is_some() { DraftUse::Required } else { DraftUse::Skip };
+    let mut fetch = fetch_progress_to_stderr();
+    let loaded = Engine::load(&choice, draft_use, &options, &mut |step| match step {
+        LoadStep::Fetch(p) => fetch(p),
+        LoadStep::Notice(note) => eprintln!("{note}"),
+        LoadStep::Checked | LoadStep::Loading(_) => {}
+    })?;
+    Ok(loaded.engine)
 }
 
 fn generate(args: GenerateArgs) -> Result<()> {

@@ -146,12 +146,6 @@ impl Projections {
     }
 }
 
-/// Whether Q8_0 matrices on the CPU go through our batched kernel (`MENTOR_LAB_KERNEL=candle`
-/// turns it off, to compare with candle's own path).
-pub(crate) fn use_batched_kernel() -> bool {
-    std::env::var("MENTOR_LAB_KERNEL").map(|v| v != "candle").unwrap_or(true)
-}
-
 #[derive(Debug, Clone)]
 struct Layer {
     attn_norm: Tensor,    // (n_embd)
@@ -339,7 +333,20 @@ const INITIAL_CACHE: usize = 256;
 const MAX_ROPE_POS: usize = 32_768;
 
 impl Transformer {
+    /// Load with the process's options ([`crate::options::current`]).
     pub fn load(file: &ModelFile, format: WeightFormat, device: &Device) -> Result<Transformer> {
+        Self::load_with(file, format, device, &crate::options::current())
+    }
+
+    /// Load with `options` choosing the paths: batched kernels or candle's matmul, the CPU step or
+    /// the tensor path, the restricted or full draft head. (The kernels' instruction set is the
+    /// process's, fixed at its first use.)
+    pub fn load_with(
+        file: &ModelFile,
+        format: WeightFormat,
+        device: &Device,
+        options: &crate::options::EngineOptions,
+    ) -> Result<Transformer> {
         let cfg = file.config.clone();
         let mut reader = BufReader::new(File::open(&file.path)?);
         let path = file.path.clone();
@@ -349,7 +356,7 @@ impl Transformer {
                 .map_err(|e| EngineError::CorruptGguf { path: path.clone(), detail: format!("tensor `{name}`: {e}") })
         };
         let file_dtype = file.main_dtype().unwrap_or(GgmlDType::F32);
-        let batched = device.is_cpu() && use_batched_kernel();
+        let batched = device.is_cpu() && options.batched_kernels();
         let target_dtype = match format {
             WeightFormat::Auto if batched && has_batched_kernel(file_dtype) => auto_batched_format(file_dtype),
             WeightFormat::Auto if device.is_cpu() && !is_fast_on_cpu(file_dtype) => Some(GgmlDType::Q8_0),
@@ -443,7 +450,7 @@ impl Transformer {
         };
         let max_pos = cfg.n_ctx.clamp(1, MAX_ROPE_POS);
         let (cos, sin) = rope_tables(cfg.head_dim, cfg.rope_theta, max_pos, freq_factors.as_deref(), device)?;
-        let cpu = if batched && native_step_enabled() { cpu_model(&layers, &out_norm, &cos, &sin)? } else { None };
+        let cpu = if batched && options.cpu_step { cpu_model(&layers, &out_norm, &cos, &sin)? } else { None };
         if cpu.is_some() {
             weight_desc.push_str(", tensor-free step");
         }
@@ -458,8 +465,7 @@ impl Transformer {
             (Some(head), Some(tokens)) => small_head(head, tokens),
             _ => None,
         };
-        let restrict_head =
-            small_head.is_some() && std::env::var("MENTOR_LAB_FULL_HEAD").map(|v| v != "1").unwrap_or(true);
+        let restrict_head = small_head.is_some() && options.restricted_head;
         if let (true, Some(s)) = (restrict_head, &small_head) {
             weight_desc.push_str(&format!(", head restricted to {} frequent tokens", s.tokens.len()));
         }
@@ -991,11 +997,6 @@ fn attention(
     let y = att.matmul(&v_all)?; // (1, n_kv, n_rep * n_new, hd)
     let y = y.reshape((n_head, n_new, hd))?.transpose(0, 1)?.contiguous()?.reshape((n_new, n_head * hd))?;
     layer.wo.forward(&y)
-}
-
-/// `MENTOR_LAB_NATIVE=0` keeps CPU steps on the tensor path (to compare the two).
-fn native_step_enabled() -> bool {
-    std::env::var("MENTOR_LAB_NATIVE").map(|v| v != "0").unwrap_or(true)
 }
 
 /// The rows of `tokens` of an output head, where our kernels run it.

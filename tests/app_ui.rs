@@ -1,5 +1,7 @@
 //! The app's UI with no display: egui_kittest drives the real widgets; the engine side is a
-//! scripted stream of events on the same channels the engine thread uses.
+//! scripted stream of events on the same channels the engine thread uses. Not built on aarch64
+//! Linux, where egui_kittest is not a dependency (Cargo.toml).
+#![cfg(not(all(target_arch = "aarch64", target_os = "linux")))]
 
 use crossbeam_channel::{Receiver, Sender};
 use egui::accesskit::Role;

@@ -406,3 +406,59 @@ fn the_shipped_draft_agrees_with_the_target_on_held_out_code() {
         row.greedy_agreement
     );
 }
+
+#[test]
+fn engine_load_is_one_path_for_every_draft_use() {
+    use mentor_lab::engine::{DraftUse, LoadStep, ModelChoice};
+    let options = mentor_lab::options::current();
+    let choice = ModelChoice { target: Some(target_path()), ..ModelChoice::default() };
+    let mut steps = Vec::new();
+    let mut record = |s: LoadStep| steps.push(format!("{s:?}"));
+    let pair = Engine::load(&choice, DraftUse::Skip, &options, &mut record).unwrap();
+    assert!(pair.engine.draft.is_none() && pair.draft_error.is_none());
+    // The file is checked before anything loads, and a target-only load reads one file.
+    assert_eq!(steps.iter().position(|s| s == "Checked"), Some(0), "{steps:?}");
+    assert_eq!(steps.iter().filter(|s| s.starts_with("Loading")).count(), 1, "{steps:?}");
+
+    // A draft that cannot load: optional, the target stays and the error names the file;
+    // required, the load fails with that error.
+    let missing = ModelChoice { draft: Some("/nonexistent/drafts/missing-draft.gguf".into()), ..choice.clone() };
+    let pair = Engine::load(&missing, DraftUse::IfAvailable, &options, &mut |_| {}).unwrap();
+    assert!(pair.engine.draft.is_none());
+    let e = pair.draft_error.map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("missing-draft.gguf"), "{e}");
+    let e = Engine::load(&missing, DraftUse::Required, &options, &mut |_| {}).err().map(|e| e.to_string());
+    assert!(e.is_some_and(|e| e.contains("missing-draft.gguf")));
+
+    // A target that is not a GGUF fails before the caller is told to let its models go.
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.gguf");
+    std::fs::write(&junk, b"not a model at all, just text").unwrap();
+    let mut checked = false;
+    let bad = ModelChoice { target: Some(junk), ..choice.clone() };
+    let e = Engine::load(&bad, DraftUse::Skip, &options, &mut |s| checked |= matches!(s, LoadStep::Checked));
+    assert!(e.is_err() && !checked);
+
+    // The shipped draft, required: loaded and checked against the target.
+    if common::draft_path().is_some() {
+        let pair = Engine::load(&choice, DraftUse::Required, &options, &mut |_| {}).unwrap();
+        assert!(pair.engine.draft.is_some());
+    }
+}
+
+#[test]
+fn engine_options_choose_the_paths_of_one_load() {
+    use mentor_lab::options::EngineOptions;
+    let file = mentor_lab::gguf::ModelFile::open(&target_path()).unwrap();
+    let device = candle_core::Device::Cpu;
+    let load = |o: EngineOptions| mentor_lab::model::Transformer::load_with(&file, WeightFormat::Auto, &device, &o);
+    let fast = load(EngineOptions::default()).unwrap();
+    assert!(fast.native_step());
+    let tensor = load(EngineOptions { cpu_step: false, ..EngineOptions::default() }).unwrap();
+    assert!(!tensor.native_step());
+    // candle's matmul: no batched kernels, so no CPU step either, and the file's own format.
+    let candle = load(EngineOptions { kernel: mentor_lab::KernelPath::Candle, ..EngineOptions::default() }).unwrap();
+    assert!(!candle.native_step());
+    assert!(fast.weight_desc.contains("batched kernel"), "{}", fast.weight_desc);
+    assert!(!candle.weight_desc.contains("batched kernel"), "{}", candle.weight_desc);
+}

@@ -3,14 +3,13 @@
 //! poll or repaint continuously), and survives panics: a panic becomes an error event, the models
 //! are reloaded and the thread carries on.
 
+use crate::engine::{DraftUse, LoadStep, LoadedPair};
 use crate::generate::{DraftLen, GenEvent, GenerateRequest, Mode, RoundInfo, Stats, TokenInfo};
 use crate::gguf::ModelInfo;
-use crate::model::WeightFormat;
 use crate::models::{self, FetchProgress};
 use crate::Engine;
 use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,13 +21,7 @@ pub enum Pane {
     Mentored,
 }
 
-/// Which models to load. `None` means the default (the default target is fetched if missing).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct ModelChoice {
-    pub target: Option<PathBuf>,
-    pub draft: Option<PathBuf>,
-    pub weights: WeightFormat,
-}
+pub use crate::engine::ModelChoice;
 
 /// A GGUF file found on disk, with a fingerprint of its tokenizer so that the UI can offer only
 /// drafts that fit the chosen target.
@@ -368,63 +361,44 @@ impl Worker {
 
     fn load(&mut self, choice: ModelChoice, out: &Outbox) {
         let progress = |message: String, fraction: Option<f32>| out.send(EngineEvent::Progress { message, fraction });
-        let target_path = match &choice.target {
-            Some(p) => p.clone(),
-            None => {
-                let mut report = |p: FetchProgress| match p {
-                    FetchProgress::Message(m) => progress(m, None),
-                    FetchProgress::Extracting { done, total } => {
-                        if done == total || done % (8 << 20) < (1 << 20) {
-                            progress("Extracting the default target…".into(), Some(done as f32 / total.max(1) as f32))
-                        }
-                    }
-                };
-                match models::ensure_default_target(&mut report) {
-                    Ok(p) => p,
-                    Err(e) => return self.load_failed(e, out),
+        // The loaded pair is let go only once the new target's header, tensor table and tokenizer
+        // are sound: a file that was moved, cut short or replaced since it was listed leaves the
+        // app with the models it had.
+        let mut checked = false;
+        let (engine, last_load) = (&mut self.engine, &mut self.last_load);
+        let loaded = Engine::load(&choice, DraftUse::IfAvailable, &crate::options::current(), &mut |step| match step {
+            LoadStep::Fetch(FetchProgress::Message(m)) => progress(m, None),
+            LoadStep::Fetch(FetchProgress::Extracting { done, total }) => {
+                if done == total || done % (8 << 20) < (1 << 20) {
+                    progress("Extracting the default target…".into(), Some(done as f32 / total.max(1) as f32))
                 }
             }
-        };
-        // The new target's header, tensor table and tokenizer are checked before the loaded pair
-        // is let go: a file that was moved, cut short or replaced since it was listed leaves the
-        // app with the models it had.
-        if let Err(e) = crate::gguf::ModelFile::open(&target_path)
-            .and_then(|f| crate::tokenizer::TextTokenizer::from_model_file(&f).map(|_| ()))
-        {
-            return self.load_failed(e, out);
-        }
-        self.last_load = Some(choice.clone());
-        self.engine = None;
-        let device = crate::model::default_device();
-        if let Some(note) = crate::model::device_note() {
-            out.send(EngineEvent::Notice(note));
-        }
-        progress(format!("Loading {}…", target_path.display()), None);
-        let target = match crate::load_model(&target_path, choice.weights, &device) {
-            Ok(t) => t,
+            LoadStep::Checked => {
+                checked = true;
+                *last_load = Some(choice.clone());
+                *engine = None;
+            }
+            LoadStep::Loading(path) => progress(format!("Loading {}…", path.display()), None),
+            LoadStep::Notice(note) => out.send(EngineEvent::Notice(note)),
+        });
+        match loaded {
+            Err(e) if !checked => self.load_failed(e, out),
             Err(e) => {
                 out.send(EngineEvent::Error { run_id: None, message: e.to_string() });
-                return out.send(EngineEvent::Unloaded);
+                out.send(EngineEvent::Unloaded);
             }
-        };
-        let draft_path = choice.draft.clone().or_else(models::default_draft);
-        let mut draft = None;
-        if let Some(p) = draft_path {
-            progress(format!("Loading {}…", p.display()), None);
-            match crate::load_model(&p, choice.weights, &device) {
-                Ok(d) => match crate::generate::check_vocab(&target, &d) {
-                    Ok(_) => draft = Some(d),
-                    Err(e) => out.send(EngineEvent::Error { run_id: None, message: e.to_string() }),
-                },
-                Err(e) => out.send(EngineEvent::Error { run_id: None, message: e.to_string() }),
+            Ok(LoadedPair { engine, draft_error }) => {
+                if let Some(e) = draft_error {
+                    out.send(EngineEvent::Error { run_id: None, message: e.to_string() });
+                }
+                out.send(EngineEvent::Loaded {
+                    target: engine.target.info.clone(),
+                    target_weights: engine.target.model.weight_desc.clone(),
+                    draft: engine.draft.as_ref().map(|d| (d.info.clone(), d.model.weight_desc.clone())),
+                });
+                self.engine = Some(engine);
             }
         }
-        out.send(EngineEvent::Loaded {
-            target: target.info.clone(),
-            target_weights: target.model.weight_desc.clone(),
-            draft: draft.as_ref().map(|d| (d.info.clone(), d.model.weight_desc.clone())),
-        });
-        self.engine = Some(Engine { target, draft });
     }
 
     /// A load that did not start: say why, and whether the models loaded before are still there.

@@ -103,13 +103,13 @@ pub(super) struct AmxTiles {
 }
 
 /// Whether this process can run the AMX path: the CPU has AMX-TILE and AMX-INT8, the 512-bit
-/// VNNI kernels are on (so `MENTOR_LAB_KERNEL=vnni256|avx2` turn AMX off too, and `noamx` alone),
+/// VNNI kernels are on (so the `vnni256` and `avx2` kernel paths turn AMX off too, and `noamx` alone),
 /// and Linux granted the tile state (it does only on request, per process).
 pub(super) fn available() -> bool {
     static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OK.get_or_init(|| {
         super::use_vnni512()
-            && std::env::var("MENTOR_LAB_KERNEL").map(|v| v != "noamx").unwrap_or(true)
+            && crate::options::current().kernel != crate::options::KernelPath::NoAmx
             && cpu_has_amx_int8()
             && request_tile_state()
     })

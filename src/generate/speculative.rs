@@ -1,0 +1,522 @@
+//! Speculative / mentored decoding. A round is five named steps: `propose` (copies from the
+//! context, the draft model, a copied tail), `verify` (one batched target forward), `accept` (the
+//! coupling's rule, token by token, then the bonus token), `settle` (both KV caches roll back to
+//! the accepted text) and `record` (statistics, the policy's observations, the round event).
+
+use super::{
+    beside_log_z, check_vocab, draw, new_run, plain_token, prefill, prepare, top_entries, DraftLen, GenEvent,
+    GenerateRequest, Generation, LoadedModel, Mode, RoundInfo, Run, TokenInfo, TokenSource,
+};
+use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN};
+use crate::error::{EngineError, Result};
+use crate::gguf::FeatureDraftSpec;
+use crate::lookup::{point_mass, propose_matched};
+use crate::mentor::{mix, verify_same_seed, verify_token, Coupling};
+use crate::model::{LazyLogits, Transformer};
+use crate::sampling::{nll_given_log_z, probabilities, race_argmax, sample_index, uniform, Purpose, RaceNoise};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Speculative / mentored decoding with `draft` proposing and `target` verifying.
+pub fn generate_speculative(
+    target: &mut LoadedModel,
+    draft: &mut LoadedModel,
+    req: &GenerateRequest,
+    cancel: &AtomicBool,
+    on_event: &mut dyn FnMut(GenEvent),
+) -> Result<Generation> {
+    let start = Instant::now();
+    let n_vocab = check_vocab(target, draft)?;
+    let n_ctx = target.model.max_context().min(draft.model.max_context());
+    let ids = prepare(req, &target.tokenizer, n_ctx)?;
+    let source = DraftModel::start(target, draft, &ids)?;
+    let (tmodel, dmodel) = (&mut target.model, &mut draft.model);
+    let mut run = new_run(req, &target.tokenizer, ids, start, cancel, on_event);
+    run.stats.prefill_s = start.elapsed().as_secs_f64();
+    (run.on_event)(GenEvent::Prefilled { n_prompt_tokens: run.n_prompt, prefill_s: run.stats.prefill_s });
+    let mut rounds = Rounds {
+        req,
+        source,
+        policy: AdaptivePolicy::with_costs(req.costs),
+        auto: req.draft_len == DraftLen::Auto,
+        draft_attempts: Vec::new(),
+        noise: RaceNoise::new(req.seed, n_vocab),
+        n_vocab,
+    };
+    while !run.done() {
+        let t_round = Instant::now();
+        let base = run.context.len();
+        let proposal = rounds.propose(&run, dmodel)?;
+        let draft_s = t_round.elapsed().as_secs_f64();
+        if run.cancel.load(Ordering::Relaxed) {
+            break;
+        }
+        let (mut rows, mut verify_s) = rounds.verify(tmodel, &run, &proposal)?;
+        let n_accepted = rounds.accept(&mut run, tmodel, &proposal, &mut rows, &mut verify_s)?;
+        rounds.settle(&run, tmodel, dmodel, &rows, base, proposal.tokens.len() + 1)?;
+        let round_s = t_round.elapsed().as_secs_f64() - draft_s;
+        rounds.record(&mut run, &proposal, base, n_accepted, (draft_s, verify_s, round_s));
+    }
+    Ok(run.finish(Mode::Speculative))
+}
+
+/// The draft model of a pair: the independent draft reads tokens; the feature draft reads the
+/// target's hidden states too (see `Transformer::forward_features`).
+enum DraftModel {
+    Independent,
+    Feature {
+        /// The draft's input feature for every position the target has run.
+        feats: Vec<f32>,
+        /// The target's width (one feature).
+        d_feat: usize,
+        /// The draft's prediction of the next feature, which its next step reads.
+        predicted: Vec<f32>,
+    },
+}
+
+impl DraftModel {
+    /// Both models ready for the prompt `ids`: every token but the last is in their caches.
+    fn start(target: &mut LoadedModel, draft: &mut LoadedModel, ids: &[u32]) -> Result<Self> {
+        let spec = feature_draft_for(target, draft)?;
+        target.model.set_taps(spec.as_ref().map(|s| s.taps.as_slice()).unwrap_or(&[]))?;
+        if spec.is_none() {
+            prefill(&mut target.model, ids)?;
+            prefill(&mut draft.model, ids)?;
+            return Ok(DraftModel::Independent);
+        }
+        draft.model.borrow_embedding(&target.model)?;
+        target.model.clear()?;
+        draft.model.clear()?;
+        let mut feats = Vec::new();
+        if ids.len() > 1 {
+            let h = target.model.feed_hidden(&ids[..ids.len() - 1])?;
+            feats = draft.model.lift_features(&h, target.model.last_taps())?;
+        }
+        Ok(DraftModel::Feature { feats, d_feat: target.model.config.n_embd, predicted: Vec::new() })
+    }
+
+    /// Whether the draft can propose in a round that starts at context length `base`: a feature
+    /// draft needs the feature of at least one position.
+    fn can_draft(&self, base: usize) -> bool {
+        !matches!(self, DraftModel::Feature { .. }) || base >= 2
+    }
+
+    /// A round's first draft forward: catches up on the context the draft has not seen and
+    /// returns the logits for the next token and how many tokens it fed.
+    fn catch_up(&mut self, dmodel: &mut Transformer, context: &[u32]) -> Result<(Vec<f32>, usize)> {
+        let from = dmodel.n_cached();
+        match self {
+            DraftModel::Independent => Ok((dmodel.forward_last(&context[from..])?, context.len() - from)),
+            DraftModel::Feature { feats, d_feat, predicted } => {
+                // Position i reads the target's feature at i and the token at i + 1.
+                let base = context.len();
+                let f = feats
+                    .get(from * *d_feat..(base - 1) * *d_feat)
+                    .ok_or_else(|| EngineError::Internal("feature draft: target features missing".into()))?;
+                let (h, logits) = dmodel.forward_features(&context[from + 1..base], f)?;
+                *predicted = h;
+                Ok((logits, base - 1 - from))
+            }
+        }
+    }
+
+    /// The logits after drafting `x`.
+    fn step(&mut self, dmodel: &mut Transformer, x: u32) -> Result<Vec<f32>> {
+        match self {
+            DraftModel::Independent => Ok(dmodel.forward_rows(&[x])?.remove(0)),
+            DraftModel::Feature { predicted, .. } => {
+                let (h, logits) = dmodel.forward_features(&[x], predicted)?;
+                *predicted = h;
+                Ok(logits)
+            }
+        }
+    }
+
+    /// Roll the draft back after a round that started at `base` and settled the context up to
+    /// `keep + 1` tokens. A feature draft takes the target's features of the settled positions
+    /// (its verify rows up to the last emitted token) and keeps only positions computed from true
+    /// features.
+    fn settle(
+        &mut self,
+        tmodel: &Transformer,
+        dmodel: &mut Transformer,
+        rows: &LazyLogits,
+        base: usize,
+        keep: usize,
+        n_fed: usize,
+    ) -> Result<()> {
+        match self {
+            DraftModel::Independent => dmodel.truncate(keep),
+            DraftModel::Feature { feats, d_feat, .. } => {
+                let n = keep + 1 - base;
+                let h = rows
+                    .hidden()
+                    .get(..n * *d_feat)
+                    .ok_or_else(|| EngineError::Internal("feature draft: verify hidden states missing".into()))?;
+                let taps = tmodel.last_taps();
+                let taps = taps.get(..taps.len() / n_fed * n).unwrap_or(&[]);
+                feats.truncate((base - 1) * *d_feat);
+                feats.extend(dmodel.lift_features(h, taps)?);
+                dmodel.truncate(base - 1);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The feature draft's spec when `draft` is one, checked against `target`.
+fn feature_draft_for(target: &LoadedModel, draft: &LoadedModel) -> Result<Option<FeatureDraftSpec>> {
+    let Some(spec) = draft.model.feature_spec() else { return Ok(None) };
+    let c = &target.model.config;
+    if spec.target_layers != c.n_layer || spec.target_embd != c.n_embd {
+        return Err(EngineError::InvalidSetting(format!(
+            "{} is a feature draft for a target of {} blocks, {} wide; {} has {} blocks, {} wide. \
+             Pick the target it was trained for, or an independent draft",
+            draft.info.path.display(),
+            spec.target_layers,
+            spec.target_embd,
+            target.info.path.display(),
+            c.n_layer,
+            c.n_embd
+        )));
+    }
+    Ok(Some(spec.clone()))
+}
+
+/// A round's proposed tokens: `tokens[..n_model]` come from the draft model, the rest are copied
+/// from the context (a leading copy when `n_model` is 0, else a tail after the drafted tokens).
+struct Proposal {
+    tokens: Vec<u32>,
+    /// The proposal distribution of each token (a point mass for a copy).
+    q: Vec<Vec<f32>>,
+    n_model: usize,
+    /// The context match behind a leading copy, and behind the copied tokens whichever they are.
+    matched: usize,
+    copy_matched: usize,
+    /// The context followed by the proposed tokens: the penalties' history at each position.
+    text: Vec<u32>,
+    /// The sum over prefixes of the estimated probability that the whole prefix is accepted.
+    survival_sum: f64,
+    /// Tokens the draft's first forward caught up on, and that forward's time.
+    caught_up: usize,
+    catch_up_s: f64,
+}
+
+/// The state that lives across rounds.
+struct Rounds<'r> {
+    req: &'r GenerateRequest,
+    source: DraftModel,
+    policy: AdaptivePolicy,
+    auto: bool,
+    /// How many times each output position has been drafted (see `draft_uniform`).
+    draft_attempts: Vec<u32>,
+    noise: RaceNoise,
+    n_vocab: usize,
+}
+
+impl Rounds<'_> {
+    /// Propose: a copy from the context where the policy prefers it to drafting (never past
+    /// max_tokens, ending at a stop token); otherwise the draft model, token by token, for as long
+    /// as the depth rule says it pays, going on by copying where its tokens lead back into the
+    /// context.
+    fn propose(&mut self, run: &Run, dmodel: &mut Transformer) -> Result<Proposal> {
+        let req = self.req;
+        let base = run.context.len();
+        let is_stop = |x: &u32| !req.ignore_eos && run.tok.stop_ids.contains(x);
+        let (mut copy, matched) = match self.auto && req.lookup {
+            true => propose_matched(&run.context, MAX_DRAFT_LEN.min(run.remaining())).unwrap_or_default(),
+            false => (Vec::new(), 0),
+        };
+        copy.truncate(if copy.is_empty() { 0 } else { self.policy.lookup_len(copy.len(), matched) });
+        if let Some(stop) = copy.iter().position(is_stop) {
+            copy.truncate(stop + 1);
+        }
+        let k_wanted = match req.draft_len {
+            _ if !copy.is_empty() => 0,
+            DraftLen::Fixed(k) => k,
+            // The policy decides whether to draft; how far, token by token below.
+            DraftLen::Auto => match self.policy.next_len(MAX_DRAFT_LEN) {
+                0 => 0,
+                _ => MAX_DRAFT_LEN,
+            },
+        };
+        // Never draft past max_tokens: the k drafted tokens must all fit.
+        let k_cap = if self.source.can_draft(base) { k_wanted.min(run.remaining()) } else { 0 };
+        let mut p = Proposal {
+            tokens: Vec::with_capacity(k_cap.max(copy.len())),
+            q: Vec::with_capacity(k_cap.max(copy.len())),
+            n_model: 0,
+            matched,
+            copy_matched: matched,
+            text: run.context.clone(),
+            survival_sum: 0.0,
+            caught_up: 0,
+            catch_up_s: 0.0,
+        };
+        for &x in &copy {
+            p.push(x, point_mass(x, self.n_vocab));
+        }
+        if k_cap == 0 {
+            return Ok(p);
+        }
+        let t_catch_up = Instant::now();
+        let mut logits;
+        (logits, p.caught_up) = self.source.catch_up(dmodel, &run.context)?;
+        p.catch_up_s = t_catch_up.elapsed().as_secs_f64();
+        // The estimated probability that every token drafted so far is accepted; its sum over
+        // the prefixes is the number of verify rows the round will likely use, less one.
+        let depth = if self.auto { self.policy.depth_thresholds() } else { [0.0; MAX_DRAFT_LEN + 1] };
+        let mut p_prefix = 1.0;
+        for i in 0..k_cap {
+            let q = probabilities(&logits, &p.text, &req.sampling, self.n_vocab);
+            let x = self.draft_token(&q, base - run.n_prompt + i);
+            p_prefix *= self.policy.accept_estimate(q[x as usize]);
+            p.survival_sum += p_prefix;
+            p.push(x, q);
+            p.n_model += 1;
+            if i + 1 == k_cap || is_stop(&x) || run.cancel.load(Ordering::Relaxed) {
+                break;
+            }
+            if self.auto && req.lookup && req.copy_tail && self.copy_tail(&mut p, &mut p_prefix, k_cap - i - 1, is_stop)
+            {
+                break;
+            }
+            // From the tokens drafted so far only: the next position's outcome stays the
+            // target's whether it is drafted or not (see `crate::adaptive`).
+            if self.auto && p_prefix < depth[(i + 1).min(MAX_DRAFT_LEN)] {
+                break;
+            }
+            logits = self.source.step(dmodel, x)?;
+        }
+        Ok(p)
+    }
+
+    /// The draft model's token at output position `at` under the request's coupling.
+    fn draft_token(&mut self, q: &[f32], at: usize) -> u32 {
+        if self.draft_attempts.len() <= at {
+            self.draft_attempts.resize(at + 1, 0);
+        }
+        match self.req.coupling {
+            Coupling::SameSeed => race_argmax(q, self.noise.at(at as u64)) as u32,
+            Coupling::MaxAcceptance => {
+                let u = crate::sampling::draft_uniform(self.req.seed, at as u64, self.draft_attempts[at]);
+                self.draft_attempts[at] += 1;
+                sample_index(q, u) as u32
+            }
+        }
+    }
+
+    /// Where the drafted tokens lead back to a passage of the context, the round goes on by
+    /// copying it (no draft forward per token) while that pays; like the depth rule, this looks
+    /// only at the tokens proposed so far. True when it copied.
+    fn copy_tail(&mut self, p: &mut Proposal, p_prefix: &mut f64, room: usize, is_stop: impl Fn(&u32) -> bool) -> bool {
+        let Some((tail, m)) = propose_matched(&p.text, room) else { return false };
+        let n = self.policy.copy_tail_len(*p_prefix, p.tokens.len(), m, tail.len());
+        let a = self.policy.alpha_lookup(m);
+        for &y in tail.iter().take(n) {
+            *p_prefix *= a;
+            p.survival_sum += *p_prefix;
+            p.push(y, point_mass(y, self.n_vocab));
+            if is_stop(&y) {
+                break;
+            }
+        }
+        if n > 0 {
+            p.copy_matched = m;
+        }
+        n > 0
+    }
+
+    /// Verify: one target forward over [last, x1..xk] gives p at k+1 positions. The output head
+    /// runs first for the rows this round will likely use (see `likely_rows`); the rest only if
+    /// the walk gets that far.
+    fn verify(&self, tmodel: &mut Transformer, run: &Run, p: &Proposal) -> Result<(LazyLogits, f64)> {
+        let t_verify = Instant::now();
+        let mut feed = vec![run.context[run.context.len() - 1]];
+        feed.extend_from_slice(&p.tokens);
+        let mut rows = tmodel.forward_lazy(&feed)?;
+        let likely = match p.n_model {
+            0 if !p.tokens.is_empty() => super::likely_rows(self.policy.alpha_lookup(p.matched), p.tokens.len()),
+            _ => ((1.0 + p.survival_sum).ceil() as usize).clamp(1, p.tokens.len() + 1),
+        };
+        tmodel.lazy_rows(&mut rows, likely)?;
+        Ok((rows, t_verify.elapsed().as_secs_f64()))
+    }
+
+    /// Accept: walk the proposed tokens in order; the first rejection ends the round. The budget
+    /// is the draft model's to spend: copies are verified losslessly (π = p), so that a large
+    /// budget follows the draft, not the context's repetitions. When every token is accepted (or
+    /// none was proposed) the target's own next token comes free. Returns the accepted count.
+    fn accept(
+        &mut self,
+        run: &mut Run,
+        tmodel: &Transformer,
+        p: &Proposal,
+        rows: &mut LazyLogits,
+        verify_s: &mut f64,
+    ) -> Result<usize> {
+        let req = self.req;
+        let (base, round) = (run.context.len(), run.rounds.len());
+        let mut n_accepted = 0;
+        for (i, (&x, q)) in p.tokens.iter().zip(&p.q).enumerate() {
+            let pos = (base - run.n_prompt + i) as u64;
+            let copied = i >= p.n_model;
+            let logits = verify_row(tmodel, rows, i, verify_s)?;
+            let ((pt, mixed), log_z) = beside_log_z(logits, self.n_vocab, true, || {
+                let pt = probabilities(logits, &p.text[..base + i], &req.sampling, self.n_vocab);
+                let mixed = mix(req.rule, &pt, q, if copied { 0.0 } else { req.budget });
+                (pt, mixed)
+            })?;
+            let verdict = match req.coupling {
+                Coupling::SameSeed => verify_same_seed(&mixed.pi_mixed, x, self.noise.at(pos)),
+                Coupling::MaxAcceptance => verify_token(
+                    &mixed.pi_mixed,
+                    q,
+                    x,
+                    uniform(req.seed, pos, Purpose::AcceptTest),
+                    uniform(req.seed, pos, Purpose::Residual),
+                ),
+            };
+            if run.tally.proposed_at.len() <= i {
+                run.tally.proposed_at.push(0);
+                run.tally.accepted_at.push(0);
+            }
+            run.tally.proposed_at[i] += 1;
+            run.tally.tv_sum += mixed.tv_pi_p;
+            run.tally.n_tv += 1;
+            let y = verdict.token as usize;
+            let info = TokenInfo {
+                source: match (verdict.accepted, copied) {
+                    (true, false) => TokenSource::DraftAccepted,
+                    (true, true) => TokenSource::CopyAccepted,
+                    (false, _) => TokenSource::Resampled,
+                },
+                p_target: Some(pt[y]),
+                q_draft: Some(q[y]),
+                pi_mixed: Some(mixed.pi_mixed[y]),
+                accept_prob: match req.coupling {
+                    Coupling::SameSeed => None,
+                    Coupling::MaxAcceptance => Some(verdict.accept_prob),
+                },
+                tv: Some(mixed.tv_pq),
+                theta: Some(mixed.theta),
+                round: Some(round),
+                drafted: Some(x),
+                top: top_entries(
+                    run.tok,
+                    req.n_top,
+                    Some(&pt[..]),
+                    Some(&q[..]),
+                    Some(&mixed.pi_mixed[..]),
+                    &[verdict.token, x],
+                ),
+                ..plain_token(verdict.token, TokenSource::Target)
+            };
+            run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, verdict.token)))?;
+            if !copied {
+                self.policy.observe_drafted(q[x as usize], verdict.accept_prob);
+            }
+            if !verdict.accepted {
+                return Ok(n_accepted);
+            }
+            n_accepted += 1;
+            run.tally.accepted_at[i] += 1;
+            if run.stopped {
+                return Ok(n_accepted);
+            }
+        }
+        let k = p.tokens.len();
+        if !run.done() && (k == 0 || req.bonus) {
+            let pos = (base - run.n_prompt + k) as u64;
+            let logits = verify_row(tmodel, rows, k, verify_s)?;
+            let (pt, log_z) = beside_log_z(logits, self.n_vocab, true, || {
+                probabilities(logits, &run.context, &req.sampling, self.n_vocab)
+            })?;
+            let x = draw(req, &mut self.noise, &pt, pos, Purpose::TargetSample);
+            let info = TokenInfo {
+                p_target: Some(pt[x as usize]),
+                round: Some(round),
+                top: top_entries(run.tok, req.n_top, Some(&pt[..]), None, None, &[x]),
+                ..plain_token(x, if k == 0 { TokenSource::Target } else { TokenSource::Bonus })
+            };
+            run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, x)))?;
+        }
+        Ok(n_accepted)
+    }
+
+    /// Roll back: both caches keep only positions whose tokens are in the context, minus the
+    /// last one, which the next round feeds.
+    fn settle(
+        &mut self,
+        run: &Run,
+        tmodel: &mut Transformer,
+        dmodel: &mut Transformer,
+        rows: &LazyLogits,
+        base: usize,
+        n_fed: usize,
+    ) -> Result<()> {
+        let keep = run.context.len() - 1;
+        self.noise.forget_before(run.n_emitted() as u64);
+        tmodel.truncate(keep);
+        self.source.settle(tmodel, dmodel, rows, base, keep, n_fed)
+    }
+
+    /// Record: the run's statistics, what the policy learns from the round, the round event.
+    /// `times` are the round's draft, verify and whole-round (less drafting) seconds.
+    fn record(&mut self, run: &mut Run, p: &Proposal, base: usize, n_accepted: usize, times: (f64, f64, f64)) {
+        let (draft_s, verify_s, round_s) = times;
+        let k = p.tokens.len();
+        let n_copied = k - p.n_model;
+        let s = &mut run.stats;
+        s.n_rounds += 1;
+        s.n_drafted += k;
+        s.n_accepted += n_accepted;
+        s.n_copied += n_copied;
+        s.n_copied_accepted += n_accepted.saturating_sub(p.n_model);
+        s.draft_s += draft_s;
+        s.verify_s += verify_s;
+        // The policy weighs whole rounds: the acceptance walk's sampling and mixing cost per token
+        // too, and a round at k = 0 pays them as well.
+        if p.n_model == 0 && n_copied > 0 {
+            self.policy.observe_lookup(p.matched, k, n_accepted, round_s);
+        } else {
+            let draft_token_s = crate::adaptive::draft_token_s(p.n_model, draft_s, p.caught_up, p.catch_up_s);
+            self.policy.observe(k, n_accepted, draft_token_s, round_s);
+            // The copies were verified only if every drafted token before them was accepted.
+            if n_copied > 0 && n_accepted >= p.n_model {
+                self.policy.observe_copies(p.copy_matched, n_copied, n_accepted - p.n_model);
+            }
+        }
+        let info = RoundInfo {
+            index: run.rounds.len(),
+            n_proposed: k,
+            n_accepted,
+            n_emitted: run.context.len() - base,
+            draft_s,
+            verify_s,
+            n_copied,
+        };
+        run.rounds.push(info.clone());
+        (run.on_event)(GenEvent::Round(info));
+    }
+}
+
+impl Proposal {
+    fn push(&mut self, x: u32, q: Vec<f32>) {
+        self.tokens.push(x);
+        self.q.push(q);
+        self.text.push(x);
+    }
+}
+
+/// Row i of a round's verify logits, borrowed (a 49152-float copy per token cost more than the
+/// mentor math); computes the rest of the output head first if the walk got past the likely rows,
+/// adding that time to `verify_s`.
+fn verify_row<'a>(model: &Transformer, rows: &'a mut LazyLogits, i: usize, verify_s: &mut f64) -> Result<&'a [f32]> {
+    if rows.row(i).is_none() {
+        let t = Instant::now();
+        model.lazy_rows(rows, rows.len())?;
+        *verify_s += t.elapsed().as_secs_f64();
+    }
+    rows.row(i).ok_or_else(|| EngineError::Internal(format!("verify row {i} missing")))
+}
