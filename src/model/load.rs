@@ -1,0 +1,386 @@
+//! Loading: the weight plan (which format each matrix is held in, which matrices go to the
+//! project's kernels), the CPU step's model, the restricted head, the RoPE tables.
+
+use super::*;
+use crate::options::EngineOptions;
+
+/// candle has SIMD dot products for these on x86 (AVX2) and Apple Silicon (NEON); other formats
+/// fall back to scalar code that is 5x slower, so `auto` re-quantizes them to Q8_0.
+pub(super) fn is_fast_on_cpu(d: GgmlDType) -> bool {
+    matches!(
+        d,
+        GgmlDType::F32
+            | GgmlDType::F16
+            | GgmlDType::Q4_0
+            | GgmlDType::Q8_0
+            | GgmlDType::Q2K
+            | GgmlDType::Q3K
+            | GgmlDType::Q4K
+            | GgmlDType::Q5K
+            | GgmlDType::Q6K
+            | GgmlDType::Q8K
+    )
+}
+
+/// Formats our batched CPU kernels handle.
+pub(super) fn has_batched_kernel(d: GgmlDType) -> bool {
+    matches!(d, GgmlDType::Q8_0 | GgmlDType::Q4_1 | GgmlDType::Q4_0)
+}
+
+/// What `auto` runs a matrix stored as `d` in, on the CPU with our kernels, in a file whose main
+/// format our kernels handle: Q8_0 as it is; the 4-bit formats as they are where the 4-bit kernel
+/// has SIMD (half the bytes of Q8_0 and no re-quantization; measured faster from 1 to 16 rows,
+/// README), else Q8_0; anything else (say a Q6_K output head) Q8_0, so that every matrix runs in
+/// our kernels and the tensor-free step applies.
+pub(super) fn auto_batched_format(d: GgmlDType) -> Option<GgmlDType> {
+    match d {
+        GgmlDType::Q8_0 => None,
+        GgmlDType::Q4_1 | GgmlDType::Q4_0 if crate::kernels::q4_has_simd() => None,
+        _ => Some(GgmlDType::Q8_0),
+    }
+}
+
+/// The rows of `tokens` of an output head, where our kernels run it.
+pub(super) fn small_head(head: &Linear, tokens: &[u32]) -> Option<cpu_forward::SmallHead> {
+    let mat = match &head.w {
+        Weights::BatchedQ8(m) => m.select_rows(tokens).map(|m| cpu_forward::Matrix::Q8(m.into())),
+        Weights::BatchedQ4(m) => m.select_rows(tokens).map(|m| cpu_forward::Matrix::Q4(m.into())),
+        Weights::Candle(_) => None,
+    };
+    mat.map(|w| cpu_forward::SmallHead { mat: cpu_forward::Mat { w, bias: None }, tokens: tokens.to_vec() })
+}
+
+/// A matrix for the tensor-free step, if our kernels run it.
+pub(super) fn cpu_mat(l: &Linear) -> Result<Option<cpu_forward::Mat>> {
+    let w = match &l.w {
+        Weights::BatchedQ8(m) => cpu_forward::Matrix::Q8(m.clone()),
+        Weights::BatchedQ4(m) => cpu_forward::Matrix::Q4(m.clone()),
+        Weights::Candle(_) => return Ok(None),
+    };
+    let bias = match &l.b {
+        Some(b) => Some(b.flatten_all()?.to_vec1::<f32>()?),
+        None => None,
+    };
+    Ok(Some(cpu_forward::Mat { w, bias }))
+}
+
+/// The tensor-free CPU model sharing the loaded matrices, if every one runs through our kernels.
+pub(super) fn cpu_model(layers: &[Layer], out_norm: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<CpuModel>> {
+    pub(super) fn proj(p: &Projections) -> Result<Option<cpu_forward::Proj>> {
+        let (linears, sizes): (Vec<&Linear>, Vec<usize>) = match p {
+            Projections::Fused { linear, sizes } => (vec![linear], sizes.clone()),
+            Projections::Separate(parts) => (parts.iter().collect(), parts.iter().map(|l| l.n_out()).collect()),
+        };
+        let mut mats = Vec::with_capacity(linears.len());
+        for l in linears {
+            match cpu_mat(l)? {
+                Some(m) => mats.push(m),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(cpu_forward::Proj { mats, sizes }))
+    }
+    let vec = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1::<f32>()?) };
+    let mut out = Vec::with_capacity(layers.len());
+    for l in layers {
+        let (Some(qkv), Some(wo), Some(gate_up), Some(down)) =
+            (proj(&l.qkv)?, cpu_mat(&l.wo)?, proj(&l.gate_up)?, cpu_mat(&l.w_down)?)
+        else {
+            return Ok(None);
+        };
+        out.push(cpu_forward::Layer {
+            attn_norm: vec(&l.attn_norm)?,
+            qkv,
+            wo,
+            ffn_norm: vec(&l.ffn_norm)?,
+            gate_up,
+            down,
+        });
+    }
+    Ok(Some(CpuModel::new(out, vec(out_norm)?, vec(cos)?, vec(sin)?)))
+}
+
+/// Convert one weight matrix to the format chosen at load.
+pub(super) fn convert_matrix(qt: QTensor, target: Option<GgmlDType>, device: &Device) -> Result<QMatMul> {
+    Ok(match target {
+        None => QMatMul::from_qtensor(qt)?,
+        Some(GgmlDType::F32) => QMatMul::Tensor(qt.dequantize(device)?),
+        Some(GgmlDType::F16) => QMatMul::TensorF16(qt.dequantize_f16(device)?),
+        Some(d) if d == qt.dtype() => QMatMul::from_qtensor(qt)?,
+        Some(d) => {
+            let cols = qt.shape().dims().last().copied().unwrap_or(0);
+            if cols % d.block_size() != 0 {
+                // Rows that do not fill whole quantization blocks stay in the file's format.
+                QMatMul::from_qtensor(qt)?
+            } else {
+                QMatMul::from_qtensor(QTensor::quantize(&qt.dequantize(device)?, d)?)?
+            }
+        }
+    })
+}
+
+/// cos/sin tables `(max_pos, head_dim / 2)`; frequency i is theta^(-2i/head_dim), divided by the
+/// file's per-frequency factor when it has one (Llama 3.1 long-context scaling).
+pub(super) fn rope_tables(
+    head_dim: usize,
+    theta: f32,
+    max_pos: usize,
+    factors: Option<&[f32]>,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
+    let half = head_dim / 2;
+    let inv_freq: Vec<f32> = (0..half)
+        .map(|i| {
+            let f = 1.0 / theta.powf(2.0 * i as f32 / head_dim as f32);
+            match factors.and_then(|fs| fs.get(i)) {
+                Some(&s) if s > 0.0 => f / s,
+                _ => f,
+            }
+        })
+        .collect();
+    let mut cos = Vec::with_capacity(max_pos * half);
+    let mut sin = Vec::with_capacity(max_pos * half);
+    for p in 0..max_pos {
+        for &f in &inv_freq {
+            let a = p as f32 * f;
+            cos.push(a.cos());
+            sin.push(a.sin());
+        }
+    }
+    Ok((Tensor::from_vec(cos, (max_pos, half), device)?, Tensor::from_vec(sin, (max_pos, half), device)?))
+}
+
+/// How the matrices of one load are held: the format each is converted to and whether the
+/// project's kernels run it.
+struct WeightPlan<'d> {
+    format: WeightFormat,
+    file_dtype: GgmlDType,
+    /// The format every matrix is converted to (`None`: kept as in the file).
+    target_dtype: Option<GgmlDType>,
+    batched: bool,
+    device: &'d Device,
+}
+
+impl<'d> WeightPlan<'d> {
+    fn new(file: &ModelFile, format: WeightFormat, device: &'d Device, options: &EngineOptions) -> Self {
+        let file_dtype = file.main_dtype().unwrap_or(GgmlDType::F32);
+        let batched = device.is_cpu() && options.batched_kernels();
+        let target_dtype = match format {
+            WeightFormat::Auto if batched && has_batched_kernel(file_dtype) => auto_batched_format(file_dtype),
+            WeightFormat::Auto if device.is_cpu() && !is_fast_on_cpu(file_dtype) => Some(GgmlDType::Q8_0),
+            WeightFormat::Auto | WeightFormat::File => None,
+            WeightFormat::Q8_0 => Some(GgmlDType::Q8_0),
+            WeightFormat::F16 => Some(GgmlDType::F16),
+            WeightFormat::F32 => Some(GgmlDType::F32),
+        };
+        WeightPlan { format, file_dtype, target_dtype, batched, device }
+    }
+
+    /// The plan in words, for `models` and the app: the format, and whether the kernels run it.
+    fn describe(&self) -> String {
+        let mut desc = match self.target_dtype {
+            Some(d) if d != self.file_dtype => format!("{} (from {})", dtype_name(d), dtype_name(self.file_dtype)),
+            _ => dtype_name(self.file_dtype).to_string(),
+        };
+        if self.batched && has_batched_kernel(self.target_dtype.unwrap_or(self.file_dtype)) {
+            desc.push_str(", batched kernel");
+        }
+        desc
+    }
+
+    /// One matrix converted as planned, in the project's kernel layout where one runs it.
+    fn linear(&self, qt: QTensor, bias: Option<Tensor>) -> Result<Linear> {
+        let target = match self.format {
+            WeightFormat::Auto if self.batched && has_batched_kernel(self.file_dtype) => {
+                auto_batched_format(qt.dtype())
+            }
+            _ => self.target_dtype,
+        };
+        let w = convert_matrix(qt, target, self.device)?;
+        let w = match w {
+            QMatMul::QTensor(ref q) if self.batched && q.shape().rank() == 2 => {
+                let (n_out, n_in) = (q.shape().dims()[0], q.shape().dims()[1]);
+                let packed =
+                    match q.dtype() {
+                        GgmlDType::Q8_0 => {
+                            Q8Matrix::from_ggml_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ8(m.into()))
+                        }
+                        GgmlDType::Q4_1 => Q4Matrix::from_ggml_bytes(&q.data()?, n_out, n_in, true)
+                            .map(|m| Weights::BatchedQ4(m.into())),
+                        GgmlDType::Q4_0 => Q4Matrix::from_ggml_bytes(&q.data()?, n_out, n_in, false)
+                            .map(|m| Weights::BatchedQ4(m.into())),
+                        _ => None,
+                    };
+                packed.unwrap_or(Weights::Candle(w))
+            }
+            w => Weights::Candle(w),
+        };
+        Ok(Linear { w, b: bias })
+    }
+}
+
+/// Reads a file's tensors by name, with errors that name the tensor and the file.
+struct TensorReader<'f> {
+    file: &'f ModelFile,
+    reader: BufReader<File>,
+    device: &'f Device,
+}
+
+impl TensorReader<'_> {
+    fn has(&self, name: &str) -> bool {
+        self.file.content.tensor_infos.contains_key(name)
+    }
+
+    fn read(&mut self, name: &str) -> Result<QTensor> {
+        self.file.content.tensor(&mut self.reader, name, self.device).map_err(|e| EngineError::CorruptGguf {
+            path: self.file.path.clone(),
+            detail: format!("tensor `{name}`: {e}"),
+        })
+    }
+
+    /// A vector (a norm's weights, a bias) as an f32 tensor.
+    fn vector(&mut self, name: &str) -> Result<Tensor> {
+        Ok(self.read(name)?.dequantize(self.device)?)
+    }
+
+    /// Block `i`'s weights.
+    fn layer(&mut self, plan: &WeightPlan, cfg: &ModelConfig, i: usize) -> Result<Layer> {
+        let p = format!("blk.{i}");
+        // Qwen2 has biases on the attention's q, k and v projections.
+        let matrix = |r: &mut Self, name: &str| -> Result<Linear> {
+            let bias_name = format!("{p}.{name}.bias");
+            let biased = cfg.arch == Arch::Qwen2 && matches!(name, "attn_q" | "attn_k" | "attn_v");
+            let bias = match biased && r.has(&bias_name) {
+                true => Some(r.vector(&bias_name)?),
+                false => None,
+            };
+            plan.linear(r.read(&format!("{p}.{name}.weight"))?, bias)
+        };
+        Ok(Layer {
+            attn_norm: self.vector(&format!("{p}.attn_norm.weight"))?,
+            qkv: Projections::new(vec![matrix(self, "attn_q")?, matrix(self, "attn_k")?, matrix(self, "attn_v")?])?,
+            wo: matrix(self, "attn_output")?,
+            ffn_norm: self.vector(&format!("{p}.ffn_norm.weight"))?,
+            gate_up: Projections::new(vec![matrix(self, "ffn_gate")?, matrix(self, "ffn_up")?])?,
+            w_down: matrix(self, "ffn_down")?,
+        })
+    }
+
+    /// A feature draft's input layers, where the CPU step runs them (`cpu_step`).
+    fn feature_input(
+        &mut self,
+        plan: &WeightPlan,
+        spec: &crate::gguf::FeatureDraftSpec,
+        cpu_step: bool,
+    ) -> Result<Option<cpu_forward::FeatureInput>> {
+        let fc = cpu_mat(&plan.linear(self.read("eagle.fc.weight")?, None)?)?;
+        let lift = match spec.taps.is_empty() {
+            true => None,
+            false => cpu_mat(&plan.linear(self.read("eagle.lift_fc.weight")?, None)?)?,
+        };
+        let mut tap_norms = Vec::with_capacity(spec.taps.len());
+        for i in 0..spec.taps.len() {
+            tap_norms.push(self.vector(&format!("eagle.tap_norms.{i}.weight"))?.to_vec1::<f32>()?);
+        }
+        Ok(match (fc, lift.is_some() || spec.taps.is_empty()) {
+            (Some(fc), true) if cpu_step => Some(cpu_forward::FeatureInput {
+                fc,
+                taps: spec.taps.clone(),
+                tap_norms,
+                lift,
+                target_embd: spec.target_embd,
+            }),
+            _ => None,
+        })
+    }
+}
+
+impl Transformer {
+    /// Load with the process's options ([`crate::options::current`]).
+    pub fn load(file: &ModelFile, format: WeightFormat, device: &Device) -> Result<Transformer> {
+        Self::load_with(file, format, device, &crate::options::current())
+    }
+
+    /// Load with `options` choosing the paths: batched kernels or candle's matmul, the CPU step or
+    /// the tensor path, the restricted or full draft head. (The kernels' instruction set is the
+    /// process's, fixed at its first use.)
+    pub fn load_with(
+        file: &ModelFile,
+        format: WeightFormat,
+        device: &Device,
+        options: &EngineOptions,
+    ) -> Result<Transformer> {
+        let cfg = file.config.clone();
+        let mut r = TensorReader { file, reader: BufReader::new(File::open(&file.path)?), device };
+        let plan = WeightPlan::new(file, format, device, options);
+        let mut weight_desc = plan.describe();
+        let feature_spec =
+            file.feature_draft().map_err(|detail| EngineError::CorruptGguf { path: file.path.clone(), detail })?;
+        // A feature draft may come without an embedding: it then borrows its target's.
+        let (embed, head) = match r.has("token_embd.weight") || feature_spec.is_none() {
+            true => {
+                let embed = Embedding::new(std::sync::Arc::new(r.read("token_embd.weight")?), device)?;
+                // A tied head reads the embedding again: the head's kernels keep their own layout.
+                let head = if r.has("output.weight") { "output.weight" } else { "token_embd.weight" };
+                (embed, Some(plan.linear(r.read(head)?, None)?))
+            }
+            false => (Embedding::None { n_embd: cfg.n_embd }, None),
+        };
+        let layers = (0..cfg.n_layer).map(|i| r.layer(&plan, &cfg, i)).collect::<Result<Vec<_>>>()?;
+        let out_norm = r.vector("output_norm.weight")?;
+        // Llama 3.1+ stores per-frequency scaling factors for long-context RoPE.
+        let freq_factors = match r.has("rope_freqs.weight") {
+            true => Some(r.read("rope_freqs.weight")?.dequantize(&Device::Cpu)?.to_vec1::<f32>()?),
+            false => None,
+        };
+        let max_pos = cfg.n_ctx.clamp(1, MAX_ROPE_POS);
+        let (cos, sin) = rope_tables(cfg.head_dim, cfg.rope_theta, max_pos, freq_factors.as_deref(), device)?;
+        let cpu = match plan.batched && options.cpu_step {
+            true => cpu_model(&layers, &out_norm, &cos, &sin)?,
+            false => None,
+        };
+        if cpu.is_some() {
+            weight_desc.push_str(", tensor-free step");
+        }
+        let head_tokens = file.head_tokens().unwrap_or_else(|e| {
+            tracing::warn!("{}: {e}; using the full output head", file.path.display());
+            None
+        });
+        let small_head = head.as_ref().zip(head_tokens.as_ref()).and_then(|(h, t)| small_head(h, t));
+        let restrict_head = small_head.is_some() && options.restricted_head;
+        if let (true, Some(s)) = (restrict_head, &small_head) {
+            weight_desc.push_str(&format!(", head restricted to {} frequent tokens", s.tokens.len()));
+        }
+        let features = match &feature_spec {
+            Some(spec) => r.feature_input(&plan, spec, cpu.is_some())?,
+            None => None,
+        };
+        if feature_spec.is_some() {
+            weight_desc.push_str(", feature draft");
+        }
+        let mut model = Transformer {
+            config: cfg,
+            device: device.clone(),
+            embed,
+            layers,
+            out_norm,
+            head,
+            cos,
+            sin,
+            cache: Vec::new(),
+            cache_capacity: 0,
+            n_cached: 0,
+            weight_desc,
+            native: cpu.is_some(),
+            cpu,
+            small_head,
+            restrict_head,
+            feature_spec,
+            features,
+            head_tokens,
+            borrowed_from: None,
+        };
+        model.clear()?;
+        Ok(model)
+    }
+}
