@@ -9,7 +9,7 @@
 //! kernels do not handle.
 
 use crate::gguf::{Arch, ModelConfig};
-use crate::kernels::{Q4Matrix, Q8Matrix};
+use crate::kernels::{Q4Matrix, Q6Matrix, Q8Matrix};
 use crate::sampling::exp_shifted_in_place;
 use std::sync::Arc;
 
@@ -18,6 +18,7 @@ use std::sync::Arc;
 pub(crate) enum Matrix {
     Q8(Arc<Q8Matrix>),
     Q4(Arc<Q4Matrix>),
+    Q6(Arc<Q6Matrix>),
 }
 
 #[derive(Debug, Clone)]
@@ -31,6 +32,7 @@ impl Mat {
         match &self.w {
             Matrix::Q8(m) => m.n_out,
             Matrix::Q4(m) => m.n_out,
+            Matrix::Q6(m) => m.n_out,
         }
     }
 
@@ -39,6 +41,7 @@ impl Mat {
         let mut y = match &self.w {
             Matrix::Q8(m) => m.matmul(x, n),
             Matrix::Q4(m) => m.matmul(x, n),
+            Matrix::Q6(m) => m.matmul(x, n),
         };
         if let Some(b) = &self.bias {
             for row in y.chunks_exact_mut(b.len()) {

@@ -325,14 +325,18 @@ impl SharedOut {
 }
 
 mod activations;
+mod kquants;
 mod layout;
 mod q4;
+mod q6k;
 mod q8;
 use activations::*;
+pub use kquants::QK_K;
 use layout::*;
 pub use q4::Q4Matrix;
 #[allow(unused_imports)]
 use q4::*;
+pub use q6k::Q6Matrix;
 pub use q8::Q8Matrix;
 #[allow(unused_imports)]
 use q8::*;
@@ -361,6 +365,22 @@ fn use_vnni512() -> bool {
     })
 }
 
+/// Whether [`Q6Matrix`] has a SIMD path on this CPU (else Q8_0 is the faster format).
+pub fn q6_has_simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    }
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    {
+        true
+    }
+    #[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))))]
+    {
+        false
+    }
+}
+
 /// Whether [`Q4Matrix`] has a SIMD path on this CPU (else it runs the portable code, and Q8_0 is
 /// the faster format).
 pub fn q4_has_simd() -> bool {
@@ -376,3 +396,5 @@ pub fn q4_has_simd() -> bool {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_k;

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
 mod cli_bench;
+mod cli_random;
 
 #[derive(Parser)]
 #[command(
@@ -38,6 +39,9 @@ enum Command {
     EvalDraft(EvalArgs),
     /// Decode / prefill speed and the cost of a forward over k tokens relative to one step.
     Cost(cli_bench::CostArgs),
+    /// Write a GGUF with random weights in the shape and quantization mix of a model people run
+    /// (for timing Mentor Lab and llama.cpp on the same file).
+    RandomModel(cli_random::RandomModelArgs),
     /// What drawing costs while tokens stream: the app's own timing of comparisons in its real
     /// window (default models) against the same requests run without a window.
     MeasureUi(MeasureUiArgs),
@@ -198,6 +202,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::Bench(args)) => cli_bench::run(args),
         Some(Command::EvalDraft(args)) => eval_draft(args),
         Some(Command::Cost(args)) => cli_bench::cost(args),
+        Some(Command::RandomModel(args)) => cli_random::random_model(args),
         Some(Command::MeasureUi(args)) => measure_ui(args),
     };
     match result {

@@ -9,7 +9,7 @@ use crate::cpu_forward::{self, CpuModel};
 use crate::embedding::Embedding;
 use crate::error::{EngineError, Result};
 use crate::gguf::{dtype_name, Arch, ModelConfig, ModelFile};
-use crate::kernels::{Q4Matrix, Q8Matrix};
+use crate::kernels::{Q4Matrix, Q6Matrix, Q8Matrix};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use std::fs::File;
@@ -58,6 +58,8 @@ enum Weights {
     BatchedQ8(std::sync::Arc<Q8Matrix>),
     /// Q4_1 / Q4_0 on the CPU through our batched kernel.
     BatchedQ4(std::sync::Arc<Q4Matrix>),
+    /// Q6_K on the CPU through our batched kernel.
+    BatchedQ6(std::sync::Arc<Q6Matrix>),
 }
 
 /// One linear layer `y = x W^T (+ b)`.
@@ -74,23 +76,23 @@ impl Linear {
             Weights::Candle(QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => t.dims()[0],
             Weights::BatchedQ8(m) => m.n_out,
             Weights::BatchedQ4(m) => m.n_out,
+            Weights::BatchedQ6(m) => m.n_out,
         }
     }
 
     /// `x: (n, in)` → `(n, out)`.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // One of our kernels on the rows of `x`.
+        let batched = |matmul: &dyn Fn(&[f32], usize) -> Vec<f32>| -> Result<Tensor> {
+            let n = x.dims()[0];
+            let y = matmul(&x.flatten_all()?.to_vec1::<f32>()?, n);
+            Ok(Tensor::from_vec(y, (n, self.n_out()), x.device())?)
+        };
         let y = match &self.w {
             Weights::Candle(w) => w.forward(x)?,
-            Weights::BatchedQ8(m) => {
-                let n = x.dims()[0];
-                let v = x.flatten_all()?.to_vec1::<f32>()?;
-                Tensor::from_vec(m.matmul(&v, n), (n, m.n_out), x.device())?
-            }
-            Weights::BatchedQ4(m) => {
-                let n = x.dims()[0];
-                let v = x.flatten_all()?.to_vec1::<f32>()?;
-                Tensor::from_vec(m.matmul(&v, n), (n, m.n_out), x.device())?
-            }
+            Weights::BatchedQ8(m) => batched(&|v, n| m.matmul(v, n))?,
+            Weights::BatchedQ4(m) => batched(&|v, n| m.matmul(v, n))?,
+            Weights::BatchedQ6(m) => batched(&|v, n| m.matmul(v, n))?,
         };
         Ok(match &self.b {
             Some(b) => y.broadcast_add(b)?,
@@ -119,6 +121,10 @@ impl Projections {
             let ms: Vec<&Q4Matrix> =
                 parts.iter().filter_map(|l| if let Weights::BatchedQ4(m) = &l.w { Some(&**m) } else { None }).collect();
             Q4Matrix::stack(&ms).map(|m| Weights::BatchedQ4(m.into()))
+        } else if parts.iter().all(|l| matches!(l.w, Weights::BatchedQ6(_))) {
+            let ms: Vec<&Q6Matrix> =
+                parts.iter().filter_map(|l| if let Weights::BatchedQ6(m) = &l.w { Some(&**m) } else { None }).collect();
+            Q6Matrix::stack(&ms).map(|m| Weights::BatchedQ6(m.into()))
         } else {
             None
         };

@@ -146,3 +146,36 @@ fn synthetic_llama_and_qwen2_agree_with_candle_transformers() {
         }
     }
 }
+
+/// Q4_K_M-like synthetic files (Q4_K and Q6_K matrices, read by our kernels as they are):
+/// candle-transformers dequantizes the same blocks its own way; the activations' rounding differs
+/// (Q8_K per 256 there, Q8_0 per 32 here), so the tolerance is that of the Q8_0 cases.
+#[test]
+fn k_quant_files_agree_with_candle_transformers() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (arch, n_head, n_kv_head)) in [("llama", 8, 1), ("qwen2", 4, 2)].into_iter().enumerate() {
+        let path = dir.path().join(format!("{arch}-k.gguf"));
+        let base = synthetic::Spec::q4_k_m(arch);
+        let extra = vec![(format!("{arch}.rope.dimension_count"), Value::U32((base.n_embd / n_head) as u32))];
+        let spec = synthetic::Spec { n_head, n_kv_head, extra, ..base };
+        synthetic::write(&path, &spec);
+        let ids: Vec<u32> = (0..24).map(|j| 2 + (j * 41 + i as u32 * 7) % 250).collect();
+        let theirs = candle_logits(&path, &ids);
+        for native in [true, false] {
+            let ours = our_logits(&path, &ids, WeightFormat::Auto, native);
+            let (kl, top_diff, same_first) = compare(&ours, &theirs);
+            // The logits themselves, relative to their spread (these random models are peaked, so
+            // KL alone sees little of the vocabulary).
+            let n = theirs.len() as f64;
+            let mean = theirs.iter().map(|&v| v as f64).sum::<f64>() / n;
+            let spread = (theirs.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
+            let rel = ours.iter().zip(&theirs).map(|(&a, &b)| (a as f64 - b as f64).abs()).sum::<f64>() / n / spread;
+            eprintln!(
+                "{arch} {n_head}:{n_kv_head} Q4_K_M, native {native}: KL {kl:.2e}, top-5 |Δ log p| {top_diff:.2e}, \
+                 mean |Δ logit| / spread {rel:.2e}"
+            );
+            assert!(same_first && kl < 2e-3, "{arch} Q4_K_M native {native}: KL {kl}, top-5 |Δ log p| {top_diff}");
+            assert!(rel < 0.05, "{arch} Q4_K_M native {native}: mean |Δ logit| is {rel} of the logits' spread");
+        }
+    }
+}

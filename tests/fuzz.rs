@@ -271,6 +271,7 @@ fn tiny_spec(arch: &'static str, dtype: GgmlDType) -> synthetic::Spec {
         n_ctx: 64,
         biases: arch == "qwen2",
         dtype,
+        dtype_for: Vec::new(),
         extra: vec![(
             "tokenizer.chat_template".into(),
             Value::String(

@@ -172,3 +172,36 @@ fn head_token_list_restricts_the_head_and_a_bad_list_is_reported_and_ignored() {
         assert_eq!(m.model.head_restriction(), None);
     }
 }
+
+/// Q4_K_M-like files (Q4_K matrices; Q6_K for V, the FFN's down projection and the tied head),
+/// Llama with GQA 4:1 and Qwen2 with biases: every matrix runs in the project's kernels as the
+/// file has it (no re-quantization), the tensor-free step agrees with the tensor path, and a
+/// chunk agrees with single steps.
+#[test]
+fn k_quant_files_run_in_the_kernels_as_the_file_has_them() {
+    for arch in ["llama", "qwen2"] {
+        let spec = match arch {
+            "llama" => synthetic::Spec { n_head: 8, n_kv_head: 2, ..synthetic::Spec::q4_k_m("llama") },
+            _ => synthetic::Spec::q4_k_m(arch),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.gguf");
+        synthetic::write(&path, &spec);
+        let mut m = load_model(&path, WeightFormat::Auto, &Device::Cpu).unwrap();
+        let desc = m.model.weight_desc.clone();
+        if mentor_lab::kernels::q4_has_simd() && mentor_lab::kernels::q6_has_simd() {
+            // 2 layers: V and down in Q6_K (and the tied head), the rest in Q4_K.
+            let expected = "Q4_K, batched kernel; also 5 × Q6_K, batched kernel, tensor-free step";
+            assert_eq!(desc, expected, "{arch}");
+        }
+        assert!(m.model.native_step(), "{arch}: {desc}");
+        let ids = m.tokenizer.encode("the thin theatre in the rain, then the theme").unwrap();
+        let (native, tensor, _) = common::native_and_tensor_rows(&mut m, &ids);
+        let (diffs, agree) = common::compare_rows(&native, &tensor);
+        let max = diffs.iter().copied().fold(0.0, f32::max);
+        eprintln!("{arch} Q4_K_M: max |dlogit| {max:.5}, arg-max agrees {agree}/{}", diffs.len());
+        assert!(max < 0.3, "{arch}: tensor-free and tensor steps differ by {max}");
+        assert!(agree * 10 >= diffs.len() * 9, "{arch}: arg-max agrees at {agree} of {}", diffs.len());
+        chunk_equals_steps(spec, WeightFormat::Auto, 0.5);
+    }
+}

@@ -29,6 +29,11 @@ pub(super) struct Q8Rows {
     /// scale · Σ quants of each block, (n_rows, n_in / 32): the 4-bit formats' offset term
     /// Σ_b m_b · s_b · Σ x_b is then a short dot product with the weights' m.
     pub(super) scaled_sums: Vec<f32>,
+    /// Σ quants over each half block of 16, (n_rows, n_in / 16), per chunk of 8 blocks the 8
+    /// first halves then the 8 second halves: the Q6_K kernel's `−32` offset. Filled only where
+    /// that kernel will read it.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(super) half_sums: Vec<i32>,
 }
 
 /// Quantize one block of 32 values: scale = max|x| / 127, q = round(x / scale).
@@ -132,6 +137,7 @@ pub(super) fn finish_rows(
         quants_pair: Vec::new(),
         tile_pairs: Vec::new(),
         scaled_sums,
+        half_sums: Vec::new(),
     }
 }
 
@@ -164,6 +170,22 @@ impl Q8Rows {
             }
         }
         self.tile_pairs = t;
+    }
+
+    /// Fill `half_sums` (see there) for rows whose width is whole chunks of 8 blocks.
+    #[cfg(target_arch = "x86_64")]
+    pub(super) fn fill_half_sums(&mut self) {
+        let n_in = self.quants.len() / self.n_rows.max(1);
+        if !self.half_sums.is_empty() || !n_in.is_multiple_of(GROUP_BLOCKS * BLOCK) {
+            return;
+        }
+        self.half_sums = vec![0; self.quants.len() / 16];
+        for (chunk, sums) in self.quants.chunks_exact(GROUP_BLOCKS * BLOCK).zip(self.half_sums.chunks_exact_mut(16)) {
+            for (i, block) in chunk.chunks_exact(BLOCK).enumerate() {
+                sums[i] = block[..16].iter().map(|&q| q as i32).sum();
+                sums[GROUP_BLOCKS + i] = block[16..].iter().map(|&q| q as i32).sum();
+            }
+        }
     }
 
     /// Fill `quants_pair` where the 512-bit 4-bit kernel will read it.

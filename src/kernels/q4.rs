@@ -100,30 +100,56 @@ impl Q4Matrix {
     /// Repack GGML Q4_1 (`min = true`: f16 d, f16 m, 16 bytes) or Q4_0 (f16 d, 16 bytes) bytes.
     pub fn from_ggml_bytes(bytes: &[u8], n_out: usize, n_in: usize, min: bool) -> Option<Q4Matrix> {
         let block_bytes = if min { 20 } else { 18 };
-        if !n_in.is_multiple_of(BLOCK) || bytes.len() != n_out * n_in / BLOCK * block_bytes {
+        let mut out = Self::from_blocks(bytes, n_out, n_in, BLOCK, block_bytes, |blk, d, m, q| {
+            let scale = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+            d[0] = scale;
+            m[0] = if min { half::f16::from_le_bytes([blk[2], blk[3]]).to_f32() } else { -8.0 * scale };
+            for (j, &byte) in blk[block_bytes - 16..].iter().enumerate() {
+                q[j] = byte & 0x0F;
+                q[j + 16] = byte >> 4;
+            }
+        })?;
+        out.amx = amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &out.d, &out.m);
+        Some(out)
+    }
+
+    /// Read GGML Q4_K bytes as they are: each sub-block of 32 weights has its own scale and min,
+    /// which are this layout's per-block `d` and `m` ([`kquants::q4k_block`]). (No AMX tiles.)
+    pub fn from_q4k_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q4Matrix> {
+        Self::from_blocks(bytes, n_out, n_in, kquants::QK_K, kquants::Q4K_BYTES, kquants::q4k_block)
+    }
+
+    /// A matrix from rows of file blocks of `block_weights` weights and `block_bytes` bytes each;
+    /// `decode(block, d, m, q)` fills the block's per-32 scales and offsets and its plain quants.
+    fn from_blocks(
+        bytes: &[u8],
+        n_out: usize,
+        n_in: usize,
+        block_weights: usize,
+        block_bytes: usize,
+        mut decode: impl FnMut(&[u8], &mut [f32], &mut [f32], &mut [u8]),
+    ) -> Option<Q4Matrix> {
+        let row_bytes = n_in.checked_div(block_weights)?.checked_mul(block_bytes)?;
+        if !n_in.is_multiple_of(block_weights) || bytes.len() != n_out.checked_mul(row_bytes)? {
             return None;
         }
-        let n_blocks = n_out * n_in / BLOCK;
-        let (mut d, mut m) = (Vec::with_capacity(n_blocks), Vec::with_capacity(n_blocks));
+        let (nb, per) = (n_in / BLOCK, block_weights / BLOCK);
+        let (mut d, mut m) = (vec![0f32; n_out * nb], vec![0f32; n_out * nb]);
         let mut nibbles = vec![0u8; n_out * n_in / 2];
         let mut plain = vec![0u8; n_in];
         if n_in > 0 {
-            for (row, packed) in bytes.chunks_exact(n_in / BLOCK * block_bytes).zip(nibbles.chunks_exact_mut(n_in / 2))
+            for (o, (row, packed)) in bytes.chunks_exact(row_bytes).zip(nibbles.chunks_exact_mut(n_in / 2)).enumerate()
             {
-                for (blk, q) in row.chunks_exact(block_bytes).zip(plain.chunks_exact_mut(BLOCK)) {
-                    let scale = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-                    d.push(scale);
-                    m.push(if min { half::f16::from_le_bytes([blk[2], blk[3]]).to_f32() } else { -8.0 * scale });
-                    for (j, &byte) in blk[block_bytes - 16..].iter().enumerate() {
-                        q[j] = byte & 0x0F;
-                        q[j + 16] = byte >> 4;
-                    }
+                for (i, (blk, q)) in
+                    row.chunks_exact(block_bytes).zip(plain.chunks_exact_mut(block_weights)).enumerate()
+                {
+                    let at = o * nb + i * per;
+                    decode(blk, &mut d[at..at + per], &mut m[at..at + per], q);
                 }
                 pack_q4_row(&plain, packed);
             }
         }
-        let amx = amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &d, &m);
-        Some(Q4Matrix { n_out, n_in, d, m, nibbles, amx })
+        Some(Q4Matrix { n_out, n_in, d, m, nibbles, amx: None })
     }
 
     pub fn matmul(&self, x: &[f32], n_rows: usize) -> Vec<f32> {

@@ -90,6 +90,7 @@ impl Transformer {
         let key = match &head.w {
             Weights::BatchedQ8(m) => std::sync::Arc::as_ptr(m) as usize,
             Weights::BatchedQ4(m) => std::sync::Arc::as_ptr(m) as usize,
+            Weights::BatchedQ6(m) => std::sync::Arc::as_ptr(m) as usize,
             Weights::Candle(_) => 0,
         };
         if key != 0 && self.borrowed_from == Some(key) {

@@ -24,18 +24,19 @@ pub(super) fn is_fast_on_cpu(d: GgmlDType) -> bool {
 
 /// Formats our batched CPU kernels handle.
 pub(super) fn has_batched_kernel(d: GgmlDType) -> bool {
-    matches!(d, GgmlDType::Q8_0 | GgmlDType::Q4_1 | GgmlDType::Q4_0)
+    matches!(d, GgmlDType::Q8_0 | GgmlDType::Q4_1 | GgmlDType::Q4_0 | GgmlDType::Q4K | GgmlDType::Q6K)
 }
 
 /// What `auto` runs a matrix stored as `d` in, on the CPU with our kernels, in a file whose main
-/// format our kernels handle: Q8_0 as it is; the 4-bit formats as they are where the 4-bit kernel
-/// has SIMD (half the bytes of Q8_0 and no re-quantization; measured faster from 1 to 16 rows,
-/// README), else Q8_0; anything else (say a Q6_K output head) Q8_0, so that every matrix runs in
-/// our kernels and the tensor-free step applies.
+/// format our kernels handle: Q8_0 as it is; Q4_1, Q4_0, Q4_K and Q6_K as they are where their
+/// kernel has SIMD (fewer bytes than Q8_0 and no re-quantization), else Q8_0; anything else (say
+/// a Q5_0 matrix in a Q4_K_M file) Q8_0, so that every matrix runs in our kernels and the
+/// tensor-free step applies.
 pub(super) fn auto_batched_format(d: GgmlDType) -> Option<GgmlDType> {
     match d {
         GgmlDType::Q8_0 => None,
-        GgmlDType::Q4_1 | GgmlDType::Q4_0 if crate::kernels::q4_has_simd() => None,
+        GgmlDType::Q4_1 | GgmlDType::Q4_0 | GgmlDType::Q4K if crate::kernels::q4_has_simd() => None,
+        GgmlDType::Q6K if crate::kernels::q6_has_simd() => None,
         _ => Some(GgmlDType::Q8_0),
     }
 }
@@ -45,6 +46,7 @@ pub(super) fn small_head(head: &Linear, tokens: &[u32]) -> Option<cpu_forward::S
     let mat = match &head.w {
         Weights::BatchedQ8(m) => m.select_rows(tokens).map(|m| cpu_forward::Matrix::Q8(m.into())),
         Weights::BatchedQ4(m) => m.select_rows(tokens).map(|m| cpu_forward::Matrix::Q4(m.into())),
+        Weights::BatchedQ6(m) => m.select_rows(tokens).map(|m| cpu_forward::Matrix::Q6(m.into())),
         Weights::Candle(_) => None,
     };
     mat.map(|w| cpu_forward::SmallHead { mat: cpu_forward::Mat { w, bias: None }, tokens: tokens.to_vec() })
@@ -55,6 +57,7 @@ pub(super) fn cpu_mat(l: &Linear) -> Result<Option<cpu_forward::Mat>> {
     let w = match &l.w {
         Weights::BatchedQ8(m) => cpu_forward::Matrix::Q8(m.clone()),
         Weights::BatchedQ4(m) => cpu_forward::Matrix::Q4(m.clone()),
+        Weights::BatchedQ6(m) => cpu_forward::Matrix::Q6(m.clone()),
         Weights::Candle(_) => return Ok(None),
     };
     let bias = match &l.b {
@@ -159,6 +162,8 @@ struct WeightPlan<'d> {
     target_dtype: Option<GgmlDType>,
     batched: bool,
     device: &'d Device,
+    /// How each matrix loaded so far is held, with how many: "Q6_K, batched kernel".
+    held: std::cell::RefCell<Vec<(String, usize)>>,
 }
 
 impl<'d> WeightPlan<'d> {
@@ -173,23 +178,57 @@ impl<'d> WeightPlan<'d> {
             WeightFormat::F16 => Some(GgmlDType::F16),
             WeightFormat::F32 => Some(GgmlDType::F32),
         };
-        WeightPlan { format, file_dtype, target_dtype, batched, device }
+        WeightPlan { format, file_dtype, target_dtype, batched, device, held: Default::default() }
     }
 
-    /// The plan in words, for `models` and the app: the format, and whether the kernels run it.
+    /// The plan in words, for `models`, `cost` and the app: the main format and whether the
+    /// kernels run it, then the matrices held otherwise (a Q4_K_M file's Q6_K ones, say), counted.
     fn describe(&self) -> String {
-        let mut desc = match self.target_dtype {
-            Some(d) if d != self.file_dtype => format!("{} (from {})", dtype_name(d), dtype_name(self.file_dtype)),
-            _ => dtype_name(self.file_dtype).to_string(),
-        };
-        if self.batched && has_batched_kernel(self.target_dtype.unwrap_or(self.file_dtype)) {
-            desc.push_str(", batched kernel");
+        let main = self.target_dtype.unwrap_or(self.file_dtype);
+        let kernel = self.batched && has_batched_kernel(main);
+        let mut desc = Self::label(main, self.file_dtype, kernel);
+        let others: Vec<String> = self
+            .held
+            .borrow()
+            .iter()
+            .filter(|(label, _)| *label != desc)
+            .map(|(label, n)| format!("{n} × {label}"))
+            .collect();
+        if !others.is_empty() {
+            desc = format!("{desc}; also {}", others.join(", "));
         }
         desc
     }
 
+    fn label(held: GgmlDType, file: GgmlDType, kernel: bool) -> String {
+        let mut label = match held == file {
+            true => dtype_name(held).to_string(),
+            false => format!("{} (from {})", dtype_name(held), dtype_name(file)),
+        };
+        label.push_str(if kernel { ", batched kernel" } else { "" });
+        label
+    }
+
+    /// Count one matrix held as `w`, read from the file as `file`.
+    fn record(&self, w: &Weights, file: GgmlDType) {
+        let (held, kernel) = match w {
+            Weights::BatchedQ8(_) => (GgmlDType::Q8_0, true),
+            Weights::BatchedQ4(_) | Weights::BatchedQ6(_) => (file, true),
+            Weights::Candle(QMatMul::QTensor(q)) => (q.dtype(), false),
+            Weights::Candle(QMatMul::Tensor(_)) => (GgmlDType::F32, false),
+            Weights::Candle(QMatMul::TensorF16(_)) => (GgmlDType::F16, false),
+        };
+        let label = Self::label(held, file, kernel);
+        let mut all = self.held.borrow_mut();
+        match all.iter_mut().find(|(l, _)| *l == label) {
+            Some((_, n)) => *n += 1,
+            None => all.push((label, 1)),
+        }
+    }
+
     /// One matrix converted as planned, in the project's kernel layout where one runs it.
     fn linear(&self, qt: QTensor, bias: Option<Tensor>) -> Result<Linear> {
+        let file_dtype = qt.dtype();
         let target = match self.format {
             WeightFormat::Auto if self.batched && has_batched_kernel(self.file_dtype) => {
                 auto_batched_format(qt.dtype())
@@ -209,12 +248,19 @@ impl<'d> WeightPlan<'d> {
                             .map(|m| Weights::BatchedQ4(m.into())),
                         GgmlDType::Q4_0 => Q4Matrix::from_ggml_bytes(&q.data()?, n_out, n_in, false)
                             .map(|m| Weights::BatchedQ4(m.into())),
+                        GgmlDType::Q4K => {
+                            Q4Matrix::from_q4k_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ4(m.into()))
+                        }
+                        GgmlDType::Q6K => {
+                            Q6Matrix::from_q6k_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ6(m.into()))
+                        }
                         _ => None,
                     };
                 packed.unwrap_or(Weights::Candle(w))
             }
             w => Weights::Candle(w),
         };
+        self.record(&w, file_dtype);
         Ok(Linear { w, b: bias })
     }
 }
@@ -313,7 +359,6 @@ impl Transformer {
         let cfg = file.config.clone();
         let mut r = TensorReader { file, reader: BufReader::new(File::open(&file.path)?), device };
         let plan = WeightPlan::new(file, format, device, options);
-        let mut weight_desc = plan.describe();
         let feature_spec =
             file.feature_draft().map_err(|detail| EngineError::CorruptGguf { path: file.path.clone(), detail })?;
         // A feature draft may come without an embedding: it then borrows its target's.
@@ -327,6 +372,7 @@ impl Transformer {
             false => (Embedding::None { n_embd: cfg.n_embd }, None),
         };
         let layers = (0..cfg.n_layer).map(|i| r.layer(&plan, &cfg, i)).collect::<Result<Vec<_>>>()?;
+        let mut weight_desc = plan.describe();
         let out_norm = r.vector("output_norm.weight")?;
         // Llama 3.1+ stores per-frequency scaling factors for long-context RoPE.
         let freq_factors = match r.has("rope_freqs.weight") {

@@ -16,6 +16,9 @@ pub struct Spec {
     pub n_ctx: usize,
     pub biases: bool,
     pub dtype: GgmlDType,
+    /// Formats for particular matrices, by a part of their name (the first match wins), as a
+    /// mixed file such as Q4_K_M has them.
+    pub dtype_for: Vec<(&'static str, GgmlDType)>,
     /// More metadata keys (e.g. `mentor_lab.head_tokens`).
     pub extra: Vec<(String, Value)>,
 }
@@ -32,6 +35,7 @@ impl Default for Spec {
             n_ctx: 256,
             biases: true,
             dtype: GgmlDType::F32,
+            dtype_for: Vec::new(),
             extra: Vec::new(),
         }
     }
@@ -85,6 +89,23 @@ fn rand_tensor(state: &mut u64, shape: &[usize], scale: f64) -> Tensor {
     Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
 }
 
+impl Spec {
+    /// A Q4_K_M-like file: Q4_K matrices, Q6_K for V, the FFN's down projection and the
+    /// embedding (the tied head), 256 wide (a K-quant block).
+    #[allow(dead_code)] // not every test crate that includes this file writes one
+    pub fn q4_k_m(arch: &'static str) -> Spec {
+        Spec {
+            arch,
+            biases: arch == "qwen2",
+            n_embd: 256,
+            n_ff: 512,
+            dtype: GgmlDType::Q4K,
+            dtype_for: vec![("attn_v", GgmlDType::Q6K), ("ffn_down", GgmlDType::Q6K), ("token_embd", GgmlDType::Q6K)],
+            ..Default::default()
+        }
+    }
+}
+
 pub fn write(path: &Path, spec: &Spec) {
     let (tokens, merges) = vocab();
     let n_vocab = tokens.len() + 6; // padded head, like Qwen's
@@ -92,7 +113,8 @@ pub fn write(path: &Path, spec: &Spec) {
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
     let mut rng = 0x5EED_u64;
     let mut add = |name: String, t: Tensor, quantize: bool| {
-        let dtype = if quantize { spec.dtype } else { GgmlDType::F32 };
+        let chosen = spec.dtype_for.iter().find(|(part, _)| name.contains(part)).map(|&(_, d)| d);
+        let dtype = if quantize { chosen.unwrap_or(spec.dtype) } else { GgmlDType::F32 };
         tensors.push((name, QTensor::quantize(&t, dtype).unwrap()));
     };
     add("token_embd.weight".into(), rand_tensor(&mut rng, &[n_vocab, spec.n_embd], 0.5), true);

@@ -1,0 +1,61 @@
+//! GGML's K-quant super-blocks of 256 weights (Q4_K, Q6_K) decoded into the project's blocks of
+//! 32, exactly: the kernels then read the file's own quants, with no re-quantization.
+
+use super::BLOCK;
+
+/// Weights per K-quant super-block.
+pub const QK_K: usize = 256;
+/// Bytes of one Q4_K super-block: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 of nibbles.
+pub(super) const Q4K_BYTES: usize = 144;
+/// Bytes of one Q6_K super-block: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 i8 scales, f16 d.
+pub(super) const Q6K_BYTES: usize = 210;
+
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+/// Sub-block `j`'s (0..8) 6-bit scale and min in Q4_K's 12 packed bytes.
+fn scale_min(j: usize, s: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (s[j] & 63, s[j + 4] & 63)
+    } else {
+        ((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
+    }
+}
+
+/// One Q4_K super-block as 8 blocks of 32: weight = `d[j]·q + m[j]`, `q` in 0..15 in plain order.
+/// `d = d_super · scale` and `m = −dmin · min` are products of an f16 and a 6-bit integer, exact in
+/// f32, so the weights equal GGML's dequantization bit for bit.
+pub(super) fn q4k_block(b: &[u8], d: &mut [f32], m: &mut [f32], q: &mut [u8]) {
+    let (dd, dmin) = (f16_at(b, 0), f16_at(b, 2));
+    let (scales, qs) = (&b[4..16], &b[16..Q4K_BYTES]);
+    for j in 0..QK_K / BLOCK {
+        let (sc, mn) = scale_min(j, scales);
+        d[j] = dd * sc as f32;
+        m[j] = -(dmin * mn as f32);
+        // Sub-blocks 2i and 2i + 1 are the low and high nibbles of the same 32 bytes.
+        let (src, shift) = (&qs[BLOCK * (j / 2)..][..BLOCK], 4 * (j % 2));
+        for (out, &byte) in q[BLOCK * j..][..BLOCK].iter_mut().zip(src) {
+            *out = (byte >> shift) & 0x0F;
+        }
+    }
+}
+
+/// One Q6_K super-block: `d` (f16 as f32), the 16 scales (one per 16 weights) and the quants
+/// 0..63 in plain order; weight i = `d · scales[i / 16] · (q[i] − 32)`.
+pub(super) fn q6k_block(b: &[u8], scales: &mut [i8], q: &mut [u8]) -> f32 {
+    let (ql, qh) = (&b[..128], &b[128..192]);
+    for (s, &byte) in scales.iter_mut().zip(&b[192..208]) {
+        *s = byte as i8;
+    }
+    for half in 0..2 {
+        let (ql, qh, y) = (&ql[64 * half..], &qh[32 * half..], &mut q[128 * half..]);
+        for l in 0..32 {
+            y[l] = (ql[l] & 0x0F) | ((qh[l] & 3) << 4);
+            y[l + 32] = (ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4);
+            y[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+            y[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+        }
+    }
+    f16_at(b, 208)
+}

@@ -1,0 +1,174 @@
+//! The K-quant matrices (Q4_K through [`Q4Matrix`], Q6_K through [`Q6Matrix`]) against GGML's
+//! dequantization (candle's), an f32 reference, the portable path and themselves.
+
+use super::*;
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+
+fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
+    (0..n)
+        .map(|i| (crate::sampling::uniform(seed, i as u64, crate::sampling::Purpose::TargetSample) as f32 - 0.5) * 4.0)
+        .collect()
+}
+
+/// Shapes with one, two and eight super-blocks per row; 67 outputs leave a part of a task.
+const SHAPES: [(usize, usize); 3] = [(67, 256), (20, 512), (9, 2048)];
+
+/// A candle-quantized pseudo-random matrix: its file bytes and candle's (GGML's) dequantization.
+fn quantized(n_out: usize, n_in: usize, dtype: GgmlDType, seed: u64) -> (Vec<u8>, Vec<f32>) {
+    let t = Tensor::from_vec(pseudo_random(n_out * n_in, seed), (n_out, n_in), &Device::Cpu).unwrap();
+    let qt = QTensor::quantize(&t, dtype).unwrap();
+    let w = qt.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    (qt.data().unwrap().into_owned(), w)
+}
+
+fn q4_dequantize(m: &Q4Matrix) -> Vec<f32> {
+    let nb = m.n_in / BLOCK;
+    let mut w = Vec::with_capacity(m.n_out * m.n_in);
+    for o in 0..m.n_out {
+        let q = unpack_q4_row(&m.nibbles[o * m.n_in / 2..][..m.n_in / 2], m.n_in);
+        w.extend(q.iter().enumerate().map(|(i, &q)| m.d[o * nb + i / BLOCK] * q as f32 + m.m[o * nb + i / BLOCK]));
+    }
+    w
+}
+
+/// Both K formats as (name, matmul, portable path, weights as the kernel holds them, file weights).
+type Matmul = Box<dyn Fn(&[f32], usize) -> Vec<f32>>;
+type Portable = Box<dyn Fn(&Q8Rows, &mut [f32])>;
+type KMatrix = (&'static str, Matmul, Portable, Vec<f32>, Vec<f32>);
+fn k_matrices(n_out: usize, n_in: usize, seed: u64) -> Vec<KMatrix> {
+    let (b4, w4) = quantized(n_out, n_in, GgmlDType::Q4K, seed);
+    let q4 = std::sync::Arc::new(Q4Matrix::from_q4k_bytes(&b4, n_out, n_in).unwrap());
+    let (b6, w6) = quantized(n_out, n_in, GgmlDType::Q6K, seed + 1);
+    let q6 = std::sync::Arc::new(Q6Matrix::from_q6k_bytes(&b6, n_out, n_in).unwrap());
+    let (q4a, q4b, q6a, q6b) = (q4.clone(), q4.clone(), q6.clone(), q6.clone());
+    vec![
+        (
+            "q4_k",
+            Box::new(move |x: &[f32], n| q4a.matmul(x, n)) as Matmul,
+            Box::new(move |xq: &Q8Rows, out: &mut [f32]| q4b.rows_portable(0..n_out, xq, out)) as Portable,
+            q4_dequantize(&q4),
+            w4,
+        ),
+        (
+            "q6_k",
+            Box::new(move |x: &[f32], n| q6a.matmul(x, n)),
+            Box::new(move |xq: &Q8Rows, out: &mut [f32]| q6b.rows_portable(0..n_out, xq, out)),
+            q6.dequantize(),
+            w6,
+        ),
+    ]
+}
+
+/// The kernels hold exactly the file's weights: their dequantization equals GGML's bit for bit.
+#[test]
+fn k_quants_are_read_exactly_as_the_file_has_them() {
+    for (n_out, n_in) in SHAPES {
+        for (name, _, _, ours, file) in k_matrices(n_out, n_in, 11) {
+            let bits = |w: &[f32]| w.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&ours), bits(&file), "{name} {n_out}x{n_in}");
+        }
+    }
+}
+
+/// Against the exact product with the file's weights (the only error is the activations' 8-bit
+/// rounding), the portable path (other summation order) and single rows (bit for bit).
+#[test]
+fn k_kernels_match_f32_and_portable_and_are_batch_exact() {
+    for (n_out, n_in) in SHAPES {
+        for (name, matmul, portable, w, _) in k_matrices(n_out, n_in, 12) {
+            for n_rows in [1, 2, 3, 4, 5, 7, 9, 17] {
+                let x = pseudo_random(n_rows * n_in, 13 + n_rows as u64);
+                let all = matmul(&x, n_rows);
+                let mut xq = quantize_rows(&x, n_rows, n_in);
+                #[cfg(target_arch = "x86_64")]
+                xq.fill_half_sums();
+                let mut slow = vec![0f32; n_out * n_rows];
+                portable(&xq, &mut slow);
+                for r in 0..n_rows {
+                    let one = matmul(&x[r * n_in..(r + 1) * n_in], 1);
+                    assert_eq!(
+                        &all[r * n_out..(r + 1) * n_out],
+                        &one[..],
+                        "{name} {n_out}x{n_in}: row {r} of {n_rows}"
+                    );
+                    for o in 0..n_out {
+                        let exact: f64 =
+                            (0..n_in).map(|i| w[o * n_in + i] as f64 * x[r * n_in + i] as f64).sum::<f64>();
+                        let (f, p) = (all[r * n_out + o], slow[o * n_rows + r]);
+                        assert!((f - p).abs() <= 1e-3 * (1.0 + p.abs()), "{name}: simd {f} vs portable {p}");
+                        // 8-bit activations: ~0.005 error per term of size ~1, so ~0.005·√n_in.
+                        let tol = 0.03 * (n_in as f64).sqrt();
+                        assert!((f as f64 - exact).abs() < tol, "{name} {n_out}x{n_in}: {f} vs exact {exact}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where the CPU has AVX-512 VNNI, the Q6_K VNNI kernel gives the AVX2 kernel's results bit for
+/// bit (the same integer sums, scaled and added in the same order).
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn q6_vnni_equals_avx2() {
+    if !use_vnni() {
+        eprintln!("no AVX-512 VNNI on this CPU (or the avx2 kernel path): nothing to compare");
+        return;
+    }
+    for (n_out, n_in) in SHAPES {
+        let (bytes, _) = quantized(n_out, n_in, GgmlDType::Q6K, 21);
+        let m = Q6Matrix::from_q6k_bytes(&bytes, n_out, n_in).unwrap();
+        for n_rows in [1, 2, 3, 5, 6, 9] {
+            let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 22 + n_rows as u64), n_rows, n_in);
+            xq.fill_half_sums();
+            let run = |f: &dyn Fn(&mut [f32])| {
+                let mut out = vec![0f32; n_out * n_rows];
+                f(&mut out);
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            // SAFETY: `use_vnni` checked AVX-512 VNNI and VL, which imply AVX2 and FMA here.
+            unsafe {
+                assert_eq!(
+                    run(&|o| m.rows_vnni(0..n_out, &xq, o)),
+                    run(&|o| m.rows_avx2_impl(0..n_out, &xq, o)),
+                    "q6_k {n_out}x{n_in}, {n_rows} rows"
+                );
+            }
+        }
+    }
+}
+
+/// Stacked and row-selected Q6_K matrices give each part's and each row's results exactly.
+#[test]
+fn q6_stack_and_select_rows_keep_results() {
+    let (n_in, n_rows) = (512, 3);
+    let parts: Vec<Q6Matrix> = [(16, 31), (8, 32)]
+        .iter()
+        .map(|&(n, seed)| Q6Matrix::from_q6k_bytes(&quantized(n, n_in, GgmlDType::Q6K, seed).0, n, n_in).unwrap())
+        .collect();
+    let x = pseudo_random(n_rows * n_in, 33);
+    let stacked = Q6Matrix::stack(&parts.iter().collect::<Vec<_>>()).unwrap().matmul(&x, n_rows);
+    let picked = parts[0].select_rows(&[5, 0, 15]).unwrap().matmul(&x, n_rows);
+    let (a, b) = (parts[0].matmul(&x, n_rows), parts[1].matmul(&x, n_rows));
+    for r in 0..n_rows {
+        assert_eq!(&stacked[r * 24..r * 24 + 16], &a[r * 16..(r + 1) * 16]);
+        assert_eq!(&stacked[r * 24 + 16..(r + 1) * 24], &b[r * 8..(r + 1) * 8]);
+        assert_eq!(&picked[r * 3..(r + 1) * 3], &[a[r * 16 + 5], a[r * 16], a[r * 16 + 15]]);
+    }
+    assert!(parts[0].select_rows(&[16]).is_none());
+}
+
+/// Bytes that do not fit the shape are refused, not read past.
+#[test]
+fn k_matrices_refuse_bytes_of_the_wrong_size() {
+    let (b4, _) = quantized(4, 256, GgmlDType::Q4K, 41);
+    let (b6, _) = quantized(4, 256, GgmlDType::Q6K, 42);
+    assert!(Q4Matrix::from_q4k_bytes(&b4[..b4.len() - 1], 4, 256).is_none());
+    assert!(Q4Matrix::from_q4k_bytes(&b4, 4, 128).is_none());
+    assert!(Q4Matrix::from_q4k_bytes(&b4, usize::MAX, 256).is_none());
+    assert!(Q6Matrix::from_q6k_bytes(&b6[..b6.len() - 1], 4, 256).is_none());
+    assert!(Q6Matrix::from_q6k_bytes(&b6, 8, 128).is_none());
+    assert!(Q6Matrix::from_q6k_bytes(&b6, 4, 0).is_none());
+    assert!(Q6Matrix::from_q6k_bytes(&b6, usize::MAX / 2, 256).is_none());
+}
