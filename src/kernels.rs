@@ -365,7 +365,7 @@ fn use_vnni512() -> bool {
     })
 }
 
-/// Whether [`Q6Matrix`] has a SIMD path on this CPU (else Q8_0 is the faster format).
+/// Whether [`Q6Matrix`] (and [`Q4Matrix`]) have a SIMD path on this CPU: AVX2 with FMA, or NEON.
 pub fn q6_has_simd() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -384,14 +384,7 @@ pub fn q6_has_simd() -> bool {
 /// Whether [`Q4Matrix`] has a SIMD path on this CPU (else it runs the portable code, and Q8_0 is
 /// the faster format).
 pub fn q4_has_simd() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    q6_has_simd()
 }
 
 #[cfg(test)]

@@ -23,22 +23,20 @@ fn scale_min(j: usize, s: &[u8]) -> (u8, u8) {
     }
 }
 
-/// One Q4_K super-block as 8 blocks of 32: weight = `d[j]·q + m[j]`, `q` in 0..15 in plain order.
-/// `d = d_super · scale` and `m = −dmin · min` are products of an f16 and a 6-bit integer, exact in
-/// f32, so the weights equal GGML's dequantization bit for bit.
-pub(super) fn q4k_block(b: &[u8], d: &mut [f32], m: &mut [f32], q: &mut [u8]) {
-    let (dd, dmin) = (f16_at(b, 0), f16_at(b, 2));
-    let (scales, qs) = (&b[4..16], &b[16..Q4K_BYTES]);
+/// One Q4_K super-block as 8 blocks of 32: returns `d` and `dmin` and fills each block's 6-bit
+/// scale and min and its quants 0..15 in plain order. Block j's weights are
+/// `(d · scale[j]) · q − dmin · min[j]`, as GGML dequantizes them.
+pub(super) fn q4k_block(b: &[u8], scale: &mut [u8], min: &mut [u8], q: &mut [u8]) -> (f32, f32) {
+    let packed = &b[4..16];
     for j in 0..QK_K / BLOCK {
-        let (sc, mn) = scale_min(j, scales);
-        d[j] = dd * sc as f32;
-        m[j] = -(dmin * mn as f32);
+        (scale[j], min[j]) = scale_min(j, packed);
         // Sub-blocks 2i and 2i + 1 are the low and high nibbles of the same 32 bytes.
-        let (src, shift) = (&qs[BLOCK * (j / 2)..][..BLOCK], 4 * (j % 2));
+        let (src, shift) = (&b[16 + BLOCK * (j / 2)..][..BLOCK], 4 * (j % 2));
         for (out, &byte) in q[BLOCK * j..][..BLOCK].iter_mut().zip(src) {
             *out = (byte >> shift) & 0x0F;
         }
     }
+    (f16_at(b, 0), f16_at(b, 2))
 }
 
 /// One Q6_K super-block: `d` (f16 as f32), the 16 scales (one per 16 weights) and the quants

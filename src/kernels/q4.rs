@@ -18,12 +18,101 @@ use super::*;
 pub struct Q4Matrix {
     pub n_out: usize,
     pub n_in: usize,
-    pub(super) d: Vec<f32>,      // (n_out, n_in / 32)
-    pub(super) m: Vec<f32>,      // (n_out, n_in / 32)
+    pub(super) scales: Scales,
     pub(super) nibbles: Vec<u8>, // (n_out, n_in / 2), each row packed by `pack_q4_row`
     /// The same weights in AMX's tile layout, where this process can run it (calls of
     /// `min_rows` rows or more take it).
     pub(super) amx: Option<amx::AmxTiles>,
+}
+
+/// The blocks' scales d and offsets m: f32 per block (Q4_0, Q4_1), or as Q4_K stores them, per
+/// super-block of 8 blocks an f32 `d` and `dmin` and per block a 6-bit scale and min. `d · scale`
+/// and `−dmin · min` are exact in f32, so both give the same values; the second takes 2 bytes per
+/// block instead of 8, which keeps a Q4_K matrix within 6% of the file's size.
+#[derive(Debug, Clone)]
+pub(super) enum Scales {
+    /// `(n_out, n_in / 32)` each.
+    Block { d: Vec<f32>, m: Vec<f32> },
+    /// `d`, `dmin`: `(n_out, n_in / 256)`; `sc`, `mn`: `(n_out, n_in / 32)`.
+    Super { d: Vec<f32>, dmin: Vec<f32>, sc: Vec<u8>, mn: Vec<u8> },
+}
+
+impl Scales {
+    /// Block `i`'s (counted over the whole matrix) d and m.
+    #[inline(always)]
+    pub(super) fn get(&self, i: usize) -> (f32, f32) {
+        match self {
+            Scales::Block { d, m } => (d[i], m[i]),
+            Scales::Super { d, dmin, sc, mn } => {
+                let s = i / GROUP_BLOCKS;
+                (d[s] * sc[i] as f32, -dmin[s] * mn[i] as f32)
+            }
+        }
+    }
+
+    /// The d and m of blocks `i ..` as 8 lanes, zeros after `SIZE` blocks (a super-block's scales
+    /// always fill a whole chunk).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn lanes<const SIZE: usize>(&self, i: usize) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        match self {
+            Scales::Block { d, m } => (first_ps(d.as_ptr().add(i), SIZE), first_ps(m.as_ptr().add(i), SIZE)),
+            Scales::Super { d, dmin, sc, mn } => {
+                let bytes = |v: &Vec<u8>| {
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(v.as_ptr().add(i) as *const __m128i)))
+                };
+                let s = i / GROUP_BLOCKS;
+                (
+                    _mm256_mul_ps(_mm256_set1_ps(*d.get_unchecked(s)), bytes(sc)),
+                    _mm256_mul_ps(_mm256_set1_ps(-*dmin.get_unchecked(s)), bytes(mn)),
+                )
+            }
+        }
+    }
+
+    /// The parts' scales one after another, if they are all of one kind.
+    fn stack(parts: &[&Scales]) -> Option<Scales> {
+        fn cat<T: Copy>(parts: &[&Vec<T>]) -> Vec<T> {
+            parts.iter().flat_map(|v| v.iter().copied()).collect()
+        }
+        let blocks: Option<Vec<_>> =
+            parts.iter().map(|s| if let Scales::Block { d, m } = s { Some((d, m)) } else { None }).collect();
+        if let Some(b) = blocks {
+            let (d, m): (Vec<_>, Vec<_>) = b.into_iter().unzip();
+            return Some(Scales::Block { d: cat(&d), m: cat(&m) });
+        }
+        let supers: Vec<_> = parts
+            .iter()
+            .map(|s| if let Scales::Super { d, dmin, sc, mn } = s { Some((d, dmin, sc, mn)) } else { None })
+            .collect::<Option<_>>()?;
+        Some(Scales::Super {
+            d: cat(&supers.iter().map(|p| p.0).collect::<Vec<_>>()),
+            dmin: cat(&supers.iter().map(|p| p.1).collect::<Vec<_>>()),
+            sc: cat(&supers.iter().map(|p| p.2).collect::<Vec<_>>()),
+            mn: cat(&supers.iter().map(|p| p.3).collect::<Vec<_>>()),
+        })
+    }
+
+    /// Only the given rows (of `nb` blocks each), in that order.
+    fn select_rows(&self, rows: &[u32], nb: usize) -> Option<Scales> {
+        fn pick<T: Copy>(v: &[T], rows: &[u32], per_row: usize) -> Option<Vec<T>> {
+            let mut out = Vec::with_capacity(rows.len() * per_row);
+            for &r in rows {
+                out.extend_from_slice(v.get(r as usize * per_row..(r as usize + 1) * per_row)?);
+            }
+            Some(out)
+        }
+        Some(match self {
+            Scales::Block { d, m } => Scales::Block { d: pick(d, rows, nb)?, m: pick(m, rows, nb)? },
+            Scales::Super { d, dmin, sc, mn } => Scales::Super {
+                d: pick(d, rows, nb / GROUP_BLOCKS)?,
+                dmin: pick(dmin, rows, nb / GROUP_BLOCKS)?,
+                sc: pick(sc, rows, nb)?,
+                mn: pick(mn, rows, nb)?,
+            },
+        })
+    }
 }
 
 /// Pack one row of 4-bit quants, given in plain order (`q[i]` is weight i, 0..15), as
@@ -67,8 +156,7 @@ impl Q4Matrix {
         Some(Q4Matrix {
             n_out: parts.iter().map(|m| m.n_out).sum(),
             n_in,
-            d: parts.iter().flat_map(|m| m.d.iter().copied()).collect(),
-            m: parts.iter().flat_map(|m| m.m.iter().copied()).collect(),
+            scales: Scales::stack(&parts.iter().map(|m| &m.scales).collect::<Vec<_>>())?,
             nibbles: parts.iter().flat_map(|m| m.nibbles.iter().copied()).collect(),
             amx: amx::AmxTiles::stack(
                 &parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(),
@@ -79,77 +167,69 @@ impl Q4Matrix {
 
     /// Only the given rows, in that order, like [`Q8Matrix::select_rows`].
     pub fn select_rows(&self, rows: &[u32]) -> Option<Q4Matrix> {
-        let (nb, nh) = (self.n_in / BLOCK, self.n_in / 2);
-        let mut out = Q4Matrix {
-            n_out: rows.len(),
-            n_in: self.n_in,
-            d: Vec::new(),
-            m: Vec::new(),
-            nibbles: Vec::new(),
-            amx: None,
-        };
+        let nh = self.n_in / 2;
+        let mut nibbles = Vec::with_capacity(rows.len() * nh);
         for &r in rows {
-            let r = r as usize;
-            out.d.extend_from_slice(self.d.get(r * nb..(r + 1) * nb)?);
-            out.m.extend_from_slice(self.m.get(r * nb..(r + 1) * nb)?);
-            out.nibbles.extend_from_slice(self.nibbles.get(r * nh..(r + 1) * nh)?);
+            nibbles.extend_from_slice(self.nibbles.get(r as usize * nh..(r as usize + 1) * nh)?);
         }
-        Some(out)
+        let scales = self.scales.select_rows(rows, self.n_in / BLOCK)?;
+        Some(Q4Matrix { n_out: rows.len(), n_in: self.n_in, scales, nibbles, amx: None })
     }
 
     /// Repack GGML Q4_1 (`min = true`: f16 d, f16 m, 16 bytes) or Q4_0 (f16 d, 16 bytes) bytes.
     pub fn from_ggml_bytes(bytes: &[u8], n_out: usize, n_in: usize, min: bool) -> Option<Q4Matrix> {
         let block_bytes = if min { 20 } else { 18 };
-        let mut out = Self::from_blocks(bytes, n_out, n_in, BLOCK, block_bytes, |blk, d, m, q| {
-            let scale = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-            d[0] = scale;
-            m[0] = if min { half::f16::from_le_bytes([blk[2], blk[3]]).to_f32() } else { -8.0 * scale };
-            for (j, &byte) in blk[block_bytes - 16..].iter().enumerate() {
-                q[j] = byte & 0x0F;
-                q[j + 16] = byte >> 4;
-            }
-        })?;
-        out.amx = amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &out.d, &out.m);
-        Some(out)
-    }
-
-    /// Read GGML Q4_K bytes as they are: each sub-block of 32 weights has its own scale and min,
-    /// which are this layout's per-block `d` and `m` ([`kquants::q4k_block`]). (No AMX tiles.)
-    pub fn from_q4k_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q4Matrix> {
-        Self::from_blocks(bytes, n_out, n_in, kquants::QK_K, kquants::Q4K_BYTES, kquants::q4k_block)
-    }
-
-    /// A matrix from rows of file blocks of `block_weights` weights and `block_bytes` bytes each;
-    /// `decode(block, d, m, q)` fills the block's per-32 scales and offsets and its plain quants.
-    fn from_blocks(
-        bytes: &[u8],
-        n_out: usize,
-        n_in: usize,
-        block_weights: usize,
-        block_bytes: usize,
-        mut decode: impl FnMut(&[u8], &mut [f32], &mut [f32], &mut [u8]),
-    ) -> Option<Q4Matrix> {
-        let row_bytes = n_in.checked_div(block_weights)?.checked_mul(block_bytes)?;
-        if !n_in.is_multiple_of(block_weights) || bytes.len() != n_out.checked_mul(row_bytes)? {
+        if !n_in.is_multiple_of(BLOCK) || bytes.len() != n_out.checked_mul(n_in / BLOCK * block_bytes)? {
             return None;
         }
-        let (nb, per) = (n_in / BLOCK, block_weights / BLOCK);
-        let (mut d, mut m) = (vec![0f32; n_out * nb], vec![0f32; n_out * nb]);
+        let n_blocks = n_out * n_in / BLOCK;
+        let (mut d, mut m) = (Vec::with_capacity(n_blocks), Vec::with_capacity(n_blocks));
         let mut nibbles = vec![0u8; n_out * n_in / 2];
         let mut plain = vec![0u8; n_in];
         if n_in > 0 {
-            for (o, (row, packed)) in bytes.chunks_exact(row_bytes).zip(nibbles.chunks_exact_mut(n_in / 2)).enumerate()
+            for (row, packed) in bytes.chunks_exact(n_in / BLOCK * block_bytes).zip(nibbles.chunks_exact_mut(n_in / 2))
             {
-                for (i, (blk, q)) in
-                    row.chunks_exact(block_bytes).zip(plain.chunks_exact_mut(block_weights)).enumerate()
-                {
-                    let at = o * nb + i * per;
-                    decode(blk, &mut d[at..at + per], &mut m[at..at + per], q);
+                for (blk, q) in row.chunks_exact(block_bytes).zip(plain.chunks_exact_mut(BLOCK)) {
+                    let scale = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                    d.push(scale);
+                    m.push(if min { half::f16::from_le_bytes([blk[2], blk[3]]).to_f32() } else { -8.0 * scale });
+                    for (j, &byte) in blk[block_bytes - 16..].iter().enumerate() {
+                        q[j] = byte & 0x0F;
+                        q[j + 16] = byte >> 4;
+                    }
                 }
                 pack_q4_row(&plain, packed);
             }
         }
-        Some(Q4Matrix { n_out, n_in, d, m, nibbles, amx: None })
+        let amx = amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &d, &m);
+        Some(Q4Matrix { n_out, n_in, scales: Scales::Block { d, m }, nibbles, amx })
+    }
+
+    /// Read GGML Q4_K bytes as they are: each sub-block of 32 weights has its own scale and min,
+    /// which become this layout's per-block d and m ([`Scales::Super`]). (No AMX tiles.)
+    pub fn from_q4k_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q4Matrix> {
+        use kquants::{Q4K_BYTES, QK_K};
+        let ns = n_in / QK_K;
+        if n_in == 0 || !n_in.is_multiple_of(QK_K) || bytes.len() != n_out.checked_mul(ns * Q4K_BYTES)? {
+            return None;
+        }
+        let nb = n_in / BLOCK;
+        let (mut d, mut dmin) = (Vec::with_capacity(n_out * ns), Vec::with_capacity(n_out * ns));
+        let (mut sc, mut mn) = (vec![0u8; n_out * nb], vec![0u8; n_out * nb]);
+        let mut nibbles = vec![0u8; n_out * n_in / 2];
+        let mut plain = vec![0u8; n_in];
+        for (o, (row, packed)) in bytes.chunks_exact(ns * Q4K_BYTES).zip(nibbles.chunks_exact_mut(n_in / 2)).enumerate()
+        {
+            for (s, (blk, q)) in row.chunks_exact(Q4K_BYTES).zip(plain.chunks_exact_mut(QK_K)).enumerate() {
+                let at = (o * ns + s) * GROUP_BLOCKS;
+                let (dd, dm) =
+                    kquants::q4k_block(blk, &mut sc[at..at + GROUP_BLOCKS], &mut mn[at..at + GROUP_BLOCKS], q);
+                d.push(dd);
+                dmin.push(dm);
+            }
+            pack_q4_row(&plain, packed);
+        }
+        Some(Q4Matrix { n_out, n_in, scales: Scales::Super { d, dmin, sc, mn }, nibbles, amx: None })
     }
 
     pub fn matmul(&self, x: &[f32], n_rows: usize) -> Vec<f32> {
@@ -166,8 +246,9 @@ impl Q4Matrix {
                 for b in 0..nb {
                     let x = &xq.quants[r * self.n_in + b * BLOCK..][..BLOCK];
                     let s: i32 = q[b * BLOCK..][..BLOCK].iter().zip(x).map(|(&w, &x)| w as i32 * x as i32).sum();
-                    acc += self.d[o * nb + b] * xq.scales[r * nb + b] * s as f32;
-                    offset += self.m[o * nb + b] * xq.scaled_sums[r * nb + b];
+                    let (d, m) = self.scales.get(o * nb + b);
+                    acc += d * xq.scales[r * nb + b] * s as f32;
+                    offset += m * xq.scaled_sums[r * nb + b];
                 }
                 local[i * xq.n_rows + r] = acc + offset;
             }
@@ -336,8 +417,7 @@ impl Q4Matrix {
         let ones = _mm256_set1_epi16(1);
         for u in 0..U {
             // Block b0 + i's scales in lane i, zeros after the chunk's blocks.
-            let d = first_ps(self.d.as_ptr().add((o + u) * nb + b0), SIZE);
-            let m = first_ps(self.m.as_ptr().add((o + u) * nb + b0), SIZE);
+            let (d, m) = self.scales.lanes::<SIZE>((o + u) * nb + b0);
             for j in 0..N {
                 // VNNI's lanes hold 32-bit sums already; AVX2's 16-bit pair sums widen here.
                 let wide = if VNNI { isum[u][j] } else { _mm256_madd_epi16(isum[u][j], ones) };
@@ -392,6 +472,83 @@ impl RowKernel for Q4Matrix {
     fn portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         self.rows_portable(outs, xq, local);
     }
+
+    /// Apple Silicon's CPU path, as for the Q8_0 kernel: each 32-byte vector is two 16-byte
+    /// halves (lanes 0–3 and 4–7); the 32 bytes t of a chunk unpack into its vectors 2t and
+    /// 2t + 1 (one block's 16 GGML bytes into its two halves).
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    fn rows_neon(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) -> bool {
+        use std::arch::aarch64::*;
+        let nb = self.n_in / BLOCK;
+        for (i, o) in outs.enumerate() {
+            for r in 0..xq.n_rows {
+                // SAFETY: every pointer stays inside row `o` of the weights (n_in / 2 bytes, nb
+                // scales) or row `r` of the activations (n_in quants, nb scales); NEON is baseline.
+                local[i * xq.n_rows + r] = unsafe {
+                    let nib = self.nibbles.as_ptr().add(o * self.n_in / 2);
+                    let xp = xq.quants_il.as_ptr().add(r * self.n_in);
+                    let (xs, xsum) = (xq.scales.as_ptr().add(r * nb), xq.scaled_sums.as_ptr().add(r * nb));
+                    let m4 = vdupq_n_u8(0x0F);
+                    let mut acc = vdupq_n_f32(0.0);
+                    let mut total = 0f32;
+                    for (b0, size) in chunks(nb) {
+                        // This chunk's scales and offsets, from b0 on.
+                        let (mut dd, mut mm) = ([0f32; GROUP_BLOCKS], [0f32; GROUP_BLOCKS]);
+                        for k in 0..size {
+                            (dd[k], mm[k]) = self.scales.get(o * nb + b0 + k);
+                        }
+                        let (wd, wm) = (dd.as_ptr().sub(b0), mm.as_ptr().sub(b0));
+                        let (w, x) = (nib.add(b0 * BLOCK / 2), xp.add(b0 * BLOCK));
+                        let mut isum = [vdupq_n_s32(0); 2];
+                        if size == 1 {
+                            let raw = vld1q_u8(w);
+                            isum[0] = dot4_neon(isum[0], vreinterpretq_s8_u8(vandq_u8(raw, m4)), vld1q_s8(x));
+                            isum[1] =
+                                dot4_neon(isum[1], vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)), vld1q_s8(x.add(16)));
+                        } else {
+                            for t in 0..size / 2 {
+                                for (p, sum) in isum.iter_mut().enumerate() {
+                                    let raw = vld1q_u8(w.add(BLOCK * t + 16 * p));
+                                    let xa = vld1q_s8(x.add(2 * BLOCK * t + 16 * p));
+                                    let xb = vld1q_s8(x.add(2 * BLOCK * t + BLOCK + 16 * p));
+                                    *sum = dot4_neon(*sum, vreinterpretq_s8_u8(vandq_u8(raw, m4)), xa);
+                                    *sum = dot4_neon(*sum, vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)), xb);
+                                }
+                            }
+                        }
+                        let block = |b: usize, s: i32| *wd.add(b) * *xs.add(b) * s as f32 + *wm.add(b) * *xsum.add(b);
+                        let [lo, hi] = isum;
+                        match size {
+                            8 => {
+                                for (k, part) in [lo, hi].into_iter().enumerate() {
+                                    let b = b0 + 4 * k;
+                                    let scale = vmulq_f32(vld1q_f32(wd.add(b)), vld1q_f32(xs.add(b)));
+                                    acc = vfmaq_f32(acc, scale, vcvtq_f32_s32(part));
+                                    acc = vfmaq_f32(acc, vld1q_f32(wm.add(b)), vld1q_f32(xsum.add(b)));
+                                }
+                            }
+                            4 => {
+                                // Lanes i and i + 4 both belong to block i.
+                                let scale = vmulq_f32(vld1q_f32(wd.add(b0)), vld1q_f32(xs.add(b0)));
+                                acc = vfmaq_f32(acc, scale, vcvtq_f32_s32(vaddq_s32(lo, hi)));
+                                acc = vfmaq_f32(acc, vld1q_f32(wm.add(b0)), vld1q_f32(xsum.add(b0)));
+                            }
+                            2 => {
+                                // Even lanes belong to the first block, odd lanes to the second.
+                                let both = vaddq_s32(lo, hi);
+                                let pair = vadd_s32(vget_low_s32(both), vget_high_s32(both));
+                                total += block(b0, vget_lane_s32::<0>(pair)) + block(b0 + 1, vget_lane_s32::<1>(pair));
+                            }
+                            _ => total += block(b0, vaddvq_s32(vaddq_s32(lo, hi))),
+                        }
+                    }
+                    vaddvq_f32(acc) + total
+                };
+            }
+        }
+        true
+    }
+
     #[cfg(target_arch = "x86_64")]
     fn prepare(&self, xq: &mut Q8Rows) {
         xq.fill_pairs_for_wide();

@@ -27,7 +27,10 @@ fn q4_dequantize(m: &Q4Matrix) -> Vec<f32> {
     let mut w = Vec::with_capacity(m.n_out * m.n_in);
     for o in 0..m.n_out {
         let q = unpack_q4_row(&m.nibbles[o * m.n_in / 2..][..m.n_in / 2], m.n_in);
-        w.extend(q.iter().enumerate().map(|(i, &q)| m.d[o * nb + i / BLOCK] * q as f32 + m.m[o * nb + i / BLOCK]));
+        w.extend(q.iter().enumerate().map(|(i, &q)| {
+            let (d, m) = m.scales.get(o * nb + i / BLOCK);
+            d * q as f32 + m
+        }));
     }
     w
 }
@@ -171,4 +174,28 @@ fn k_matrices_refuse_bytes_of_the_wrong_size() {
     assert!(Q6Matrix::from_q6k_bytes(&b6, 8, 128).is_none());
     assert!(Q6Matrix::from_q6k_bytes(&b6, 4, 0).is_none());
     assert!(Q6Matrix::from_q6k_bytes(&b6, usize::MAX / 2, 256).is_none());
+}
+
+/// Stacked and row-selected Q4_K matrices (compact scales) give each part's and each row's
+/// results exactly; a Q4_K matrix does not stack with a Q4_1 one.
+#[test]
+fn q4k_stack_and_select_rows_keep_results() {
+    let (n_in, n_rows) = (512, 3);
+    let parts: Vec<Q4Matrix> = [(16, 51), (8, 52)]
+        .iter()
+        .map(|&(n, seed)| Q4Matrix::from_q4k_bytes(&quantized(n, n_in, GgmlDType::Q4K, seed).0, n, n_in).unwrap())
+        .collect();
+    let x = pseudo_random(n_rows * n_in, 53);
+    let stacked = Q4Matrix::stack(&parts.iter().collect::<Vec<_>>()).unwrap().matmul(&x, n_rows);
+    let picked = parts[1].select_rows(&[7, 2]).unwrap().matmul(&x, n_rows);
+    let (a, b) = (parts[0].matmul(&x, n_rows), parts[1].matmul(&x, n_rows));
+    for r in 0..n_rows {
+        assert_eq!(&stacked[r * 24..r * 24 + 16], &a[r * 16..(r + 1) * 16]);
+        assert_eq!(&stacked[r * 24 + 16..(r + 1) * 24], &b[r * 8..(r + 1) * 8]);
+        assert_eq!(&picked[r * 2..(r + 1) * 2], &[b[r * 8 + 7], b[r * 8 + 2]]);
+    }
+    assert!(parts[1].select_rows(&[8]).is_none());
+    let (q4_1, _) = quantized(8, n_in, GgmlDType::Q4_1, 54);
+    let other = Q4Matrix::from_ggml_bytes(&q4_1, 8, n_in, true).unwrap();
+    assert!(Q4Matrix::stack(&[&parts[0], &other]).is_none());
 }
