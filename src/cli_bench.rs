@@ -375,6 +375,13 @@ pub struct CostArgs {
 /// `mentor-lab cost`: decode and prefill speed of the target, and the cost of one forward over
 /// k new tokens relative to one single-token step — the ratio that decides whether verification
 /// is cheap enough for speculation to pay.
+/// The process's peak resident memory in bytes, where the system says (Linux).
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
 pub fn cost(args: CostArgs) -> Result<()> {
     let mut engine = crate::load_engine(&args.models, false)?;
     let m = &mut engine.target;
@@ -404,6 +411,16 @@ pub fn cost(args: CostArgs) -> Result<()> {
         ctx.len(),
         1e3 * prefill,
         ctx.len() as f64 / prefill
+    );
+    let (weights, kv) = m.model.memory();
+    let mb = |b: f64| b / 1e6;
+    println!(
+        "memory: weights {:.0} MB ({:.2}x the {:.0} MB file), KV cache {:.0} MB per 1,000 tokens of context{}",
+        mb(weights as f64),
+        weights as f64 / m.info.file_size.max(1) as f64,
+        mb(m.info.file_size as f64),
+        mb(1000.0 * kv as f64),
+        peak_rss().map(|b| format!(", peak resident {:.0} MB so far", mb(b as f64))).unwrap_or_default()
     );
     println!("| k new tokens | forward ms (median) | relative to k = 1 (median of paired ratios) |");
     println!("|---|---|---|");

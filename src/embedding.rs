@@ -26,6 +26,15 @@ pub enum Embedding {
 }
 
 impl Embedding {
+    /// Bytes the matrix takes in memory.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Embedding::Quantized { q, .. } => q.storage_size_in_bytes(),
+            Embedding::Dense(t) => t.elem_count() * t.dtype().size_in_bytes(),
+            Embedding::None { .. } => 0,
+        }
+    }
+
     pub fn new(q: Arc<QTensor>, device: &Device) -> Result<Embedding> {
         let (n_vocab, n_embd) = q.shape().dims2()?;
         let dtype = q.dtype();

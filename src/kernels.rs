@@ -37,6 +37,9 @@ mod amx {
         pub(super) fn stack(_: &[Option<&AmxTiles>], _: &[usize]) -> Option<AmxTiles> {
             None
         }
+        pub(super) fn bytes(&self) -> usize {
+            0
+        }
     }
 }
 

@@ -70,6 +70,17 @@ struct Linear {
 }
 
 impl Linear {
+    /// Bytes its weights take in memory.
+    fn bytes(&self) -> usize {
+        match &self.w {
+            Weights::Candle(QMatMul::QTensor(q)) => q.storage_size_in_bytes(),
+            Weights::Candle(QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => t.elem_count() * t.dtype().size_in_bytes(),
+            Weights::BatchedQ8(m) => m.bytes(),
+            Weights::BatchedQ4(m) => m.bytes(),
+            Weights::BatchedQ6(m) => m.bytes(),
+        }
+    }
+
     fn n_out(&self) -> usize {
         match &self.w {
             Weights::Candle(QMatMul::QTensor(q)) => q.shape().dims()[0],
@@ -260,6 +271,20 @@ impl Transformer {
 
     /// Forget everything: the next forward starts at position 0. The buffers are kept (their
     /// old contents are simply overwritten).
+    /// What the model takes in memory: its weights (embedding, layers, head) and its KV cache per
+    /// position of context, in bytes.
+    pub fn memory(&self) -> (usize, usize) {
+        let proj = |p: &Projections| match p {
+            Projections::Fused { linear, .. } => linear.bytes(),
+            Projections::Separate(parts) => parts.iter().map(Linear::bytes).sum(),
+        };
+        let layers: usize =
+            self.layers.iter().map(|l| proj(&l.qkv) + l.wo.bytes() + proj(&l.gate_up) + l.w_down.bytes()).sum();
+        let weights = self.embed.bytes() + layers + self.head.as_ref().map_or(0, Linear::bytes);
+        let c = &self.config;
+        (weights, c.n_layer * 2 * c.n_kv_head * c.head_dim * std::mem::size_of::<f32>())
+    }
+
     pub fn clear(&mut self) -> Result<()> {
         self.n_cached = 0;
         if self.cache.is_empty() && !self.native {

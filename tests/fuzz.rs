@@ -5,7 +5,7 @@
 //! pair reproduces it).
 //!
 //! The short run is part of `cargo test`; the long run is documented in docs/reliability.md:
-//! `MENTOR_LAB_FUZZ_ITERS=200000 cargo test --release --test fuzz -- --ignored --nocapture`.
+//! `MENTOR_LAB_FUZZ_ITERS=20000 cargo test --test fuzz -- --ignored --nocapture` (more iterations search longer).
 //! Inputs that once crashed live in tests/data/fuzz/ and are replayed by `regressions_stay_fixed`.
 
 #[path = "common/synthetic.rs"]
@@ -372,13 +372,17 @@ fn fuzz_synthetic_tokenizer(seed: u64, n: u64) -> (u64, u64) {
 }
 
 /// A synthetic model written to disk and loaded, then one forward pass over the prompt: mutations
-/// fall anywhere, weights included.
+/// fall anywhere, weights included. Three models: qwen2 F32, llama Q8_0, llama Q4_K_M-like.
 fn fuzz_load_forward(seed: u64, n: u64) -> (u64, u64) {
     let dir = tempfile::tempdir().unwrap();
-    let bases: Vec<Vec<u8>> = [("qwen2", GgmlDType::F32), ("llama", GgmlDType::Q8_0)]
+    let mut bases: Vec<Vec<u8>> = [("qwen2", GgmlDType::F32), ("llama", GgmlDType::Q8_0)]
         .into_iter()
         .map(|(arch, dtype)| synthetic_bytes(dir.path(), arch, dtype))
         .collect();
+    // A Q4_K_M-like one (Q4_K and Q6_K blocks, one block 256 wide), read by the K-quant kernels.
+    let k_path = dir.path().join("llama-k.gguf");
+    synthetic::write(&k_path, &synthetic::Spec { n_layer: 1, ..synthetic::Spec::q4_k_m("llama") });
+    bases.push(std::fs::read(&k_path).unwrap());
     let heads: Vec<usize> = bases.iter().map(|b| header_len(b)).collect();
     let hots: Vec<Vec<Range<usize>>> = bases.iter().zip(&heads).map(|(b, &h)| hot_regions(b, h)).collect();
     let path = dir.path().join("mutated.gguf");
@@ -642,8 +646,7 @@ fn fuzz_saved_state_short() {
     assert!(n_ok > 0 && n_err > 0, "{n_ok} Ok, {n_err} errors");
 }
 
-// ---------------------------------------------------------------------------------------------
-// Long runs: `MENTOR_LAB_FUZZ_ITERS=N cargo test --release --test fuzz -- --ignored --nocapture`
+// Long runs: `MENTOR_LAB_FUZZ_ITERS=N cargo test --test fuzz -- --ignored --nocapture`
 // (another seed than the short runs, so that they add coverage).
 
 #[test]

@@ -173,6 +173,11 @@ impl AmxTiles {
         Some(out)
     }
 
+    /// Bytes this layout holds.
+    pub(super) fn bytes(&self) -> usize {
+        self.weights.len() + 4 * (self.d.len() + self.m.len()) + self.lanes.len()
+    }
+
     /// The fewest activation rows for which this matrix (`n_in` wide) takes the tiles.
     pub(super) fn min_rows(&self, n_in: usize) -> usize {
         if self.signed {

@@ -232,6 +232,15 @@ impl Q4Matrix {
         Some(Q4Matrix { n_out, n_in, scales: Scales::Super { d, dmin, sc, mn }, nibbles, amx: None })
     }
 
+    /// Bytes held (the AMX copy included).
+    pub fn bytes(&self) -> usize {
+        let scales = match &self.scales {
+            Scales::Block { d, m } => 4 * (d.len() + m.len()),
+            Scales::Super { d, dmin, sc, mn } => 4 * (d.len() + dmin.len()) + sc.len() + mn.len(),
+        };
+        self.nibbles.len() + scales + self.amx.as_ref().map_or(0, |a| a.bytes())
+    }
+
     pub fn matmul(&self, x: &[f32], n_rows: usize) -> Vec<f32> {
         batched_matmul(self, x, n_rows)
     }

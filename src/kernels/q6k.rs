@@ -98,6 +98,11 @@ impl Q6Matrix {
         w
     }
 
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        4 * self.d.len() + self.scales.len() + self.low.len() + self.high.len()
+    }
+
     pub fn matmul(&self, x: &[f32], n_rows: usize) -> Vec<f32> {
         batched_matmul(self, x, n_rows)
     }

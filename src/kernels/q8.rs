@@ -101,6 +101,11 @@ impl Q8Matrix {
     }
 
     /// `x` is row-major `(n_rows, n_in)`; returns row-major `(n_rows, n_out)`.
+    /// Bytes held (the AMX copy included).
+    pub fn bytes(&self) -> usize {
+        4 * self.scales.len() + self.quants.len() + 4 * self.wsum128.len() + self.amx.as_ref().map_or(0, |a| a.bytes())
+    }
+
     pub fn matmul(&self, x: &[f32], n_rows: usize) -> Vec<f32> {
         batched_matmul(self, x, n_rows)
     }
