@@ -19,6 +19,8 @@ use std::sync::Arc;
 pub enum Embedding {
     /// The quantized matrix `(n_vocab, n_embd)` as read from the file.
     Quantized { q: Arc<QTensor>, n_vocab: usize, n_embd: usize, row_bytes: usize },
+    /// The rows of a tied output head held by the kernels in the file's own format.
+    Shared { m: Arc<dyn crate::kernels::RowsAsF32>, n_vocab: usize, n_embd: usize },
     /// Dequantized on a device other than the CPU.
     Dense(Tensor),
     /// No embedding of its own (a feature draft before it borrows its target's).
@@ -26,9 +28,16 @@ pub enum Embedding {
 }
 
 impl Embedding {
-    /// Bytes the matrix takes in memory.
+    /// Lookups from a kernel matrix that already holds the file's weights (a tied head's).
+    pub fn shared(m: Arc<dyn crate::kernels::RowsAsF32>) -> Embedding {
+        let (n_vocab, n_embd) = m.shape();
+        Embedding::Shared { m, n_vocab, n_embd }
+    }
+
+    /// Bytes the matrix takes in memory (none for rows shared with the head).
     pub fn bytes(&self) -> usize {
         match self {
+            Embedding::Shared { .. } => 0,
             Embedding::Quantized { q, .. } => q.storage_size_in_bytes(),
             Embedding::Dense(t) => t.elem_count() * t.dtype().size_in_bytes(),
             Embedding::None { .. } => 0,
@@ -63,6 +72,18 @@ impl Embedding {
                 }
                 Ok(out)
             }
+            Embedding::Shared { m, n_vocab, n_embd } => {
+                let mut out = vec![0f32; ids.len() * n_embd];
+                for (&id, row) in ids.iter().zip(out.chunks_exact_mut(*n_embd)) {
+                    if id as usize >= *n_vocab {
+                        return Err(EngineError::InvalidSetting(format!(
+                            "token id {id} is past the model's {n_vocab} embedding rows"
+                        )));
+                    }
+                    m.row_f32(id as usize, row);
+                }
+                Ok(out)
+            }
             Embedding::Dense(t) => {
                 let ids_t = Tensor::new(ids, t.device())?;
                 Ok(t.index_select(&ids_t, 0)?.flatten_all()?.to_vec1::<f32>()?)
@@ -84,7 +105,9 @@ impl Embedding {
 
     pub fn n_embd(&self) -> usize {
         match self {
-            Embedding::Quantized { n_embd, .. } | Embedding::None { n_embd } => *n_embd,
+            Embedding::Quantized { n_embd, .. } | Embedding::Shared { n_embd, .. } | Embedding::None { n_embd } => {
+                *n_embd
+            }
             Embedding::Dense(t) => t.dims().get(1).copied().unwrap_or(0),
         }
     }
@@ -165,7 +188,7 @@ mod tests {
         ] {
             let q = Arc::new(QTensor::quantize(&dense, dtype).unwrap());
             let whole = q.dequantize(&Device::Cpu).unwrap();
-            let e = Embedding::new(q, &Device::Cpu).unwrap();
+            let e = Embedding::new(q.clone(), &Device::Cpu).unwrap();
             assert!(matches!(e, Embedding::Quantized { .. }), "{dtype:?} is read as it is");
             let ids = [0u32, 39, 7, 7, 21];
             let want = whole.index_select(&Tensor::new(&ids, &Device::Cpu).unwrap(), 0).unwrap();
@@ -173,6 +196,31 @@ mod tests {
             let got = e.rows(&ids).unwrap();
             assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{dtype:?}");
             assert!(e.rows(&[40]).is_err(), "{dtype:?}: an id past the vocabulary is an error");
+            // The kernels' own copy, where one holds this format as it is, gives the same rows.
+            let bytes = q.data().unwrap();
+            let shared: Option<Arc<dyn crate::kernels::RowsAsF32>> = match dtype {
+                GgmlDType::Q8_0 => {
+                    crate::kernels::Q8Matrix::from_ggml_bytes(&bytes, n_vocab, n_embd).map(|m| Arc::new(m) as _)
+                }
+                GgmlDType::Q4_0 | GgmlDType::Q4_1 => {
+                    crate::kernels::Q4Matrix::from_ggml_bytes(&bytes, n_vocab, n_embd, dtype == GgmlDType::Q4_1)
+                        .map(|m| Arc::new(m) as _)
+                }
+                GgmlDType::Q4K => {
+                    crate::kernels::Q4Matrix::from_q4k_bytes(&bytes, n_vocab, n_embd).map(|m| Arc::new(m) as _)
+                }
+                GgmlDType::Q6K => {
+                    crate::kernels::Q6Matrix::from_q6k_bytes(&bytes, n_vocab, n_embd).map(|m| Arc::new(m) as _)
+                }
+                _ => None,
+            };
+            if let Some(m) = shared {
+                let e = Embedding::shared(m);
+                let got = e.rows(&ids).unwrap();
+                // Equal values (Q4_0's zero weights may be +0 here where GGML's (q − 8)·d gives −0).
+                assert!(got.iter().zip(&want).all(|(a, b)| a == b), "{dtype:?} from the kernels");
+                assert!(e.rows(&[40]).is_err(), "{dtype:?}: an id past the vocabulary is an error");
+            }
         }
     }
 }

@@ -312,6 +312,51 @@ fn batched_matmul(k: &impl RowKernel, x: &[f32], n_rows: usize) -> Vec<f32> {
     y
 }
 
+/// A kernel matrix whose rows read back as f32 exactly as GGML dequantizes the file's blocks, so
+/// that a tied embedding can share its output head's weights instead of holding a second copy.
+pub trait RowsAsF32: Send + Sync {
+    /// `(rows, columns)`.
+    fn shape(&self) -> (usize, usize);
+    /// Row `row` into `out` (`columns` values); the caller checks `row`.
+    fn row_f32(&self, row: usize, out: &mut [f32]);
+}
+
+impl RowsAsF32 for Q8Matrix {
+    fn shape(&self) -> (usize, usize) {
+        (self.n_out, self.n_in)
+    }
+    fn row_f32(&self, row: usize, out: &mut [f32]) {
+        let (n_in, nb) = (self.n_in, self.n_in / BLOCK);
+        let plain = deinterleave_row(&self.quants[row * n_in..(row + 1) * n_in]);
+        for (i, (o, &q)) in out.iter_mut().zip(&plain).enumerate() {
+            *o = q as f32 * self.scales[row * nb + i / BLOCK];
+        }
+    }
+}
+
+impl RowsAsF32 for Q4Matrix {
+    fn shape(&self) -> (usize, usize) {
+        (self.n_out, self.n_in)
+    }
+    fn row_f32(&self, row: usize, out: &mut [f32]) {
+        let (n_in, nb) = (self.n_in, self.n_in / BLOCK);
+        let q = unpack_q4_row(&self.nibbles[row * n_in / 2..(row + 1) * n_in / 2], n_in);
+        for (i, (o, &q)) in out.iter_mut().zip(&q).enumerate() {
+            let (d, m) = self.scales.get(row * nb + i / BLOCK);
+            *o = d * q as f32 + m;
+        }
+    }
+}
+
+impl RowsAsF32 for Q6Matrix {
+    fn shape(&self) -> (usize, usize) {
+        (self.n_out, self.n_in)
+    }
+    fn row_f32(&self, row: usize, out: &mut [f32]) {
+        self.dequantize_row(row, out)
+    }
+}
+
 /// Rows held in a task's stack buffer (more use a heap buffer).
 const MAX_LOCAL_ROWS: usize = 16;
 

@@ -88,14 +88,19 @@ impl Q6Matrix {
 
     /// The weights as f32, computed as GGML dequantizes Q6_K.
     pub fn dequantize(&self) -> Vec<f32> {
-        let mut w = Vec::with_capacity(self.n_out * self.n_in);
-        for o in 0..self.n_out {
-            let (q, scales) = self.row(o);
-            for (i, &q) in q.iter().enumerate() {
-                w.push(self.d[o * self.n_in / QK_K + i / QK_K] * scales[i / 16] as f32 * (q as i32 - 32) as f32);
-            }
+        let mut w = vec![0f32; self.n_out * self.n_in];
+        for (o, row) in w.chunks_exact_mut(self.n_in.max(1)).enumerate() {
+            self.dequantize_row(o, row);
         }
         w
+    }
+
+    /// Row `o` as f32 into `out`, as GGML dequantizes Q6_K.
+    pub fn dequantize_row(&self, o: usize, out: &mut [f32]) {
+        let (q, scales) = self.row(o);
+        for (i, (w, &q)) in out.iter_mut().zip(&q).enumerate() {
+            *w = self.d[o * self.n_in / QK_K + i / QK_K] * scales[i / 16] as f32 * (q as i32 - 32) as f32;
+        }
     }
 
     /// Bytes held.

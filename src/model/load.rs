@@ -52,6 +52,18 @@ pub(super) fn small_head(head: &Linear, tokens: &[u32]) -> Option<cpu_forward::S
     mat.map(|w| cpu_forward::SmallHead { mat: cpu_forward::Mat { w, bias: None }, tokens: tokens.to_vec() })
 }
 
+/// The kernels' copy of a tied head where it holds the file's own blocks (`file`: the embedding's
+/// format in the file), for the embedding to read its rows from.
+fn shared_rows(head: &Linear, file: GgmlDType) -> Option<std::sync::Arc<dyn crate::kernels::RowsAsF32>> {
+    match &head.w {
+        Weights::BatchedQ8(m) if file == GgmlDType::Q8_0 => Some(m.clone()),
+        // The 4-bit and Q6_K kernels only ever hold a file's own blocks.
+        Weights::BatchedQ4(m) => Some(m.clone()),
+        Weights::BatchedQ6(m) => Some(m.clone()),
+        _ => None,
+    }
+}
+
 /// A matrix for the tensor-free step, if our kernels run it.
 pub(super) fn cpu_mat(l: &Linear) -> Result<Option<cpu_forward::Mat>> {
     let w = match &l.w {
@@ -364,10 +376,16 @@ impl Transformer {
         // A feature draft may come without an embedding: it then borrows its target's.
         let (embed, head) = match r.has("token_embd.weight") || feature_spec.is_none() {
             true => {
-                let embed = Embedding::new(std::sync::Arc::new(r.read("token_embd.weight")?), device)?;
-                // A tied head reads the embedding again: the head's kernels keep their own layout.
-                let head = if r.has("output.weight") { "output.weight" } else { "token_embd.weight" };
-                (embed, Some(plan.linear(r.read(head)?, None)?))
+                let tied = !r.has("output.weight");
+                let head = plan.linear(r.read(if tied { "token_embd.weight" } else { "output.weight" })?, None)?;
+                // A tied head that the kernels hold in the file's own blocks also serves the
+                // lookups; otherwise the embedding stays in the file's format beside the head.
+                let file_dtype = file.content.tensor_infos.get("token_embd.weight").map(|t| t.ggml_dtype);
+                let embed = match file_dtype.and_then(|d| shared_rows(&head, d)).filter(|_| tied) {
+                    Some(rows) => Embedding::shared(rows),
+                    None => Embedding::new(std::sync::Arc::new(r.read("token_embd.weight")?), device)?,
+                };
+                (embed, Some(head))
             }
             false => (Embedding::None { n_embd: cfg.n_embd }, None),
         };
