@@ -144,7 +144,9 @@ pub fn random_model(args: RandomModelArgs) -> Result<()> {
         tensors.push((name, QTensor::quantize(&t, dtype)?));
         Ok(())
     };
-    add("token_embd.weight".into(), &[n_vocab, s.n_embd], 1.0, 0)?;
+    // The scale of trained embeddings, so that the logits of the tied head spread like a real
+    // model's instead of putting all the probability on one token.
+    add("token_embd.weight".into(), &[n_vocab, s.n_embd], 0.02, 0)?;
     add("output_norm.weight".into(), &[s.n_embd], 0.0, 0)?;
     let w = 1.0 / (s.n_embd as f32).sqrt();
     for i in 0..s.n_layer {

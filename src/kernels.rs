@@ -230,13 +230,16 @@ macro_rules! group_entry_points {
 /// one alone where their number is odd.
 #[cfg(target_arch = "x86_64")]
 macro_rules! pairs_vnni512 {
-    ($self:ident, $outs:ident, $xq:ident, $local:ident) => {{
+    ($self:ident, $outs:ident, $xq:ident, $local:ident) => {
+        pairs_vnni512!($self, $outs, $xq, $local, group_vnni512_pair, group_vnni512)
+    };
+    ($self:ident, $outs:ident, $xq:ident, $local:ident, $pair:ident, $single:ident) => {{
         let end = $outs.end;
         for_output_groups($outs, $xq.n_rows, MAX_GROUP, 2, $local, |o, r0, n, out| {
             if end - o >= 2 {
-                dispatch_group!($self, group_vnni512_pair, o, r0, n, $xq, out)
+                dispatch_group!($self, $pair, o, r0, n, $xq, out)
             } else {
-                dispatch_group!($self, group_vnni512, o, r0, n, $xq, out)
+                dispatch_group!($self, $single, o, r0, n, $xq, out)
             }
         })
     }};

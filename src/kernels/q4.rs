@@ -50,27 +50,6 @@ impl Scales {
         }
     }
 
-    /// The d and m of blocks `i ..` as 8 lanes, zeros after `SIZE` blocks (a super-block's scales
-    /// always fill a whole chunk).
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn lanes<const SIZE: usize>(&self, i: usize) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
-        use std::arch::x86_64::*;
-        match self {
-            Scales::Block { d, m } => (first_ps(d.as_ptr().add(i), SIZE), first_ps(m.as_ptr().add(i), SIZE)),
-            Scales::Super { d, dmin, sc, mn } => {
-                let bytes = |v: &Vec<u8>| {
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(v.as_ptr().add(i) as *const __m128i)))
-                };
-                let s = i / GROUP_BLOCKS;
-                (
-                    _mm256_mul_ps(_mm256_set1_ps(*d.get_unchecked(s)), bytes(sc)),
-                    _mm256_mul_ps(_mm256_set1_ps(-*dmin.get_unchecked(s)), bytes(mn)),
-                )
-            }
-        }
-    }
-
     /// The parts' scales one after another, if they are all of one kind.
     fn stack(parts: &[&Scales]) -> Option<Scales> {
         fn cat<T: Copy>(parts: &[&Vec<T>]) -> Vec<T> {
@@ -112,6 +91,54 @@ impl Scales {
                 mn: pick(mn, rows, nb)?,
             },
         })
+    }
+}
+
+/// Raw pointers to a matrix's scales, for the x86 kernels' inner loops.
+#[cfg(target_arch = "x86_64")]
+pub(super) struct ScaleSrc {
+    /// Per block d (`Block`), or per super-block d (`Super`).
+    d: *const f32,
+    /// Per block m, or per super-block dmin.
+    m: *const f32,
+    /// Per block 6-bit scales and mins (`Super` only).
+    sc: *const u8,
+    mn: *const u8,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl ScaleSrc {
+    fn new(s: &Scales) -> ScaleSrc {
+        match s {
+            Scales::Block { d, m } => {
+                ScaleSrc { d: d.as_ptr(), m: m.as_ptr(), sc: std::ptr::null(), mn: std::ptr::null() }
+            }
+            Scales::Super { d, dmin, sc, mn } => {
+                ScaleSrc { d: d.as_ptr(), m: dmin.as_ptr(), sc: sc.as_ptr(), mn: mn.as_ptr() }
+            }
+        }
+    }
+
+    /// The d and m of blocks `i ..` (counted over the whole matrix) as 8 lanes, zeros after
+    /// `SIZE` blocks; `SUPER` says which kind of scales the pointers are (a super-block's always
+    /// fill a whole chunk). Safety: `i` is a block of the matrix the pointers came from.
+    #[inline(always)]
+    unsafe fn lanes<const SIZE: usize, const SUPER: bool>(
+        &self,
+        i: usize,
+    ) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        if SUPER {
+            let bytes =
+                |p: *const u8| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(i) as *const __m128i)));
+            let s = i / GROUP_BLOCKS;
+            (
+                _mm256_mul_ps(_mm256_set1_ps(*self.d.add(s)), bytes(self.sc)),
+                _mm256_mul_ps(_mm256_set1_ps(-*self.m.add(s)), bytes(self.mn)),
+            )
+        } else {
+            (first_ps(self.d.add(i), SIZE), first_ps(self.m.add(i), SIZE))
+        }
     }
 }
 
@@ -295,6 +322,55 @@ impl Q4Matrix {
         xq: &Q8Rows,
         out: &mut [f32],
     ) {
+        self.group_scaled::<N, U, VNNI, WIDE, false>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
+    }
+
+    /// The entry points of [`Q4Matrix::group_body_multi`] for Q4_K's compact scales: the row
+    /// loops (`rows_avx2_impl` …) choose between the two kinds once per call, so that each kind's
+    /// group calls inline into its loop.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn group_avx2_k<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+        self.group_scaled::<N, 1, false, false, true>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+    #[inline]
+    unsafe fn group_vnni_k<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+        self.group_scaled::<N, 1, true, false, true>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
+    #[inline]
+    unsafe fn group_vnni512_k<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+        self.group_scaled::<N, 1, true, true, true>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
+    #[inline]
+    unsafe fn group_vnni512_pair_k<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
+        self.group_scaled::<N, 2, true, true, true>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
+    }
+
+    /// Whether the scales are Q4_K's compact ones.
+    fn k_scales(&self) -> bool {
+        matches!(self.scales, Scales::Super { .. })
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn group_scaled<const N: usize, const U: usize, const VNNI: bool, const WIDE: bool, const SUPER: bool>(
+        &self,
+        o: usize,
+        r0: usize,
+        xq: &Q8Rows,
+        out: &mut [f32],
+        src: &ScaleSrc,
+    ) {
         use std::arch::x86_64::*;
         let nb = self.n_in / BLOCK;
         let mut rows = Q4Rows { xp: [std::ptr::null(); N], xs: [std::ptr::null(); N], xsum: [std::ptr::null(); N] };
@@ -308,19 +384,19 @@ impl Q4Matrix {
         // The same chunks in the same order for any number of rows (see `chunks`).
         let n_groups = nb / GROUP_BLOCKS;
         for g in 0..n_groups {
-            self.chunk::<N, U, 8, VNNI, WIDE>(o, g * GROUP_BLOCKS, &rows, &mut acc);
+            self.chunk::<N, U, 8, VNNI, WIDE, SUPER>(o, g * GROUP_BLOCKS, &rows, &mut acc, src);
         }
         let (mut b0, rest) = (n_groups * GROUP_BLOCKS, nb % GROUP_BLOCKS);
         if rest & 4 != 0 {
-            self.chunk::<N, U, 4, VNNI, false>(o, b0, &rows, &mut acc);
+            self.chunk::<N, U, 4, VNNI, false, SUPER>(o, b0, &rows, &mut acc, src);
             b0 += 4;
         }
         if rest & 2 != 0 {
-            self.chunk::<N, U, 2, VNNI, false>(o, b0, &rows, &mut acc);
+            self.chunk::<N, U, 2, VNNI, false, SUPER>(o, b0, &rows, &mut acc, src);
             b0 += 2;
         }
         if rest & 1 != 0 {
-            self.chunk::<N, U, 1, VNNI, false>(o, b0, &rows, &mut acc);
+            self.chunk::<N, U, 1, VNNI, false, SUPER>(o, b0, &rows, &mut acc, src);
         }
         for u in 0..U {
             for j in 0..N {
@@ -345,12 +421,14 @@ impl Q4Matrix {
         const SIZE: usize,
         const VNNI: bool,
         const WIDE: bool,
+        const SUPER: bool,
     >(
         &self,
         o: usize,
         b0: usize,
         rows: &Q4Rows<N>,
         acc: &mut [[std::arch::x86_64::__m256; N]; U],
+        src: &ScaleSrc,
     ) {
         use std::arch::x86_64::*;
         let nb = self.n_in / BLOCK;
@@ -426,7 +504,7 @@ impl Q4Matrix {
         let ones = _mm256_set1_epi16(1);
         for u in 0..U {
             // Block b0 + i's scales in lane i, zeros after the chunk's blocks.
-            let (d, m) = self.scales.lanes::<SIZE>((o + u) * nb + b0);
+            let (d, m) = src.lanes::<SIZE, SUPER>((o + u) * nb + b0);
             for j in 0..N {
                 // VNNI's lanes hold 32-bit sums already; AVX2's 16-bit pair sums widen here.
                 let wide = if VNNI { isum[u][j] } else { _mm256_madd_epi16(isum[u][j], ones) };
@@ -501,12 +579,19 @@ impl RowKernel for Q4Matrix {
                     let mut acc = vdupq_n_f32(0.0);
                     let mut total = 0f32;
                     for (b0, size) in chunks(nb) {
-                        // This chunk's scales and offsets, from b0 on.
+                        // This chunk's scales and offsets from block b0 on: the stored ones, or
+                        // computed from a super-block's.
                         let (mut dd, mut mm) = ([0f32; GROUP_BLOCKS], [0f32; GROUP_BLOCKS]);
-                        for k in 0..size {
-                            (dd[k], mm[k]) = self.scales.get(o * nb + b0 + k);
-                        }
-                        let (wd, wm) = (dd.as_ptr().sub(b0), mm.as_ptr().sub(b0));
+                        let (wd, wm) = match &self.scales {
+                            Scales::Block { d, m } => (d.as_ptr().add(o * nb + b0), m.as_ptr().add(o * nb + b0)),
+                            Scales::Super { .. } => {
+                                for k in 0..size {
+                                    (dd[k], mm[k]) = self.scales.get(o * nb + b0 + k);
+                                }
+                                (dd.as_ptr(), mm.as_ptr())
+                            }
+                        };
+                        let (xs, xsum) = (xs.add(b0), xsum.add(b0));
                         let (w, x) = (nib.add(b0 * BLOCK / 2), xp.add(b0 * BLOCK));
                         let mut isum = [vdupq_n_s32(0); 2];
                         if size == 1 {
@@ -525,30 +610,31 @@ impl RowKernel for Q4Matrix {
                                 }
                             }
                         }
-                        let block = |b: usize, s: i32| *wd.add(b) * *xs.add(b) * s as f32 + *wm.add(b) * *xsum.add(b);
+                        // Block b0 + k's part, from its integer sum.
+                        let block = |k: usize, s: i32| *wd.add(k) * *xs.add(k) * s as f32 + *wm.add(k) * *xsum.add(k);
                         let [lo, hi] = isum;
                         match size {
                             8 => {
-                                for (k, part) in [lo, hi].into_iter().enumerate() {
-                                    let b = b0 + 4 * k;
-                                    let scale = vmulq_f32(vld1q_f32(wd.add(b)), vld1q_f32(xs.add(b)));
+                                for (h, part) in [lo, hi].into_iter().enumerate() {
+                                    let k = 4 * h;
+                                    let scale = vmulq_f32(vld1q_f32(wd.add(k)), vld1q_f32(xs.add(k)));
                                     acc = vfmaq_f32(acc, scale, vcvtq_f32_s32(part));
-                                    acc = vfmaq_f32(acc, vld1q_f32(wm.add(b)), vld1q_f32(xsum.add(b)));
+                                    acc = vfmaq_f32(acc, vld1q_f32(wm.add(k)), vld1q_f32(xsum.add(k)));
                                 }
                             }
                             4 => {
                                 // Lanes i and i + 4 both belong to block i.
-                                let scale = vmulq_f32(vld1q_f32(wd.add(b0)), vld1q_f32(xs.add(b0)));
+                                let scale = vmulq_f32(vld1q_f32(wd), vld1q_f32(xs));
                                 acc = vfmaq_f32(acc, scale, vcvtq_f32_s32(vaddq_s32(lo, hi)));
-                                acc = vfmaq_f32(acc, vld1q_f32(wm.add(b0)), vld1q_f32(xsum.add(b0)));
+                                acc = vfmaq_f32(acc, vld1q_f32(wm), vld1q_f32(xsum));
                             }
                             2 => {
                                 // Even lanes belong to the first block, odd lanes to the second.
                                 let both = vaddq_s32(lo, hi);
                                 let pair = vadd_s32(vget_low_s32(both), vget_high_s32(both));
-                                total += block(b0, vget_lane_s32::<0>(pair)) + block(b0 + 1, vget_lane_s32::<1>(pair));
+                                total += block(0, vget_lane_s32::<0>(pair)) + block(1, vget_lane_s32::<1>(pair));
                             }
-                            _ => total += block(b0, vaddvq_s32(vaddq_s32(lo, hi))),
+                            _ => total += block(0, vaddvq_s32(vaddq_s32(lo, hi))),
                         }
                     }
                     vaddvq_f32(acc) + total
@@ -594,7 +680,13 @@ impl Q4Matrix {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn rows_avx2_impl(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        for_groups(outs, xq.n_rows, 3, local, |o, r0, n, out| dispatch_group!(self, o, r0, n, xq, out))
+        if self.k_scales() {
+            for_groups(outs, xq.n_rows, 3, local, |o, r0, n, out| {
+                dispatch_group!(self, group_avx2_k, o, r0, n, xq, out)
+            })
+        } else {
+            for_groups(outs, xq.n_rows, 3, local, |o, r0, n, out| dispatch_group!(self, o, r0, n, xq, out))
+        }
     }
 
     /// With VNNI a row needs two registers (its 32-bit sums and its accumulator), and AVX-512VL
@@ -603,9 +695,15 @@ impl Q4Matrix {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
     pub(super) unsafe fn rows_vnni(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| {
-            dispatch_group!(self, group_vnni, o, r0, n, xq, out)
-        })
+        if self.k_scales() {
+            for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| {
+                dispatch_group!(self, group_vnni_k, o, r0, n, xq, out)
+            })
+        } else {
+            for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| {
+                dispatch_group!(self, group_vnni, o, r0, n, xq, out)
+            })
+        }
     }
 
     /// The VNNI kernel with 512-bit vectors for whole chunks of 8 blocks, two outputs per call
@@ -616,6 +714,10 @@ impl Q4Matrix {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
     pub(super) unsafe fn rows_vnni512(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        pairs_vnni512!(self, outs, xq, local)
+        if self.k_scales() {
+            pairs_vnni512!(self, outs, xq, local, group_vnni512_pair_k, group_vnni512_k)
+        } else {
+            pairs_vnni512!(self, outs, xq, local)
+        }
     }
 }

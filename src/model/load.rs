@@ -27,6 +27,12 @@ pub(super) fn has_batched_kernel(d: GgmlDType) -> bool {
     matches!(d, GgmlDType::Q8_0 | GgmlDType::Q4_1 | GgmlDType::Q4_0 | GgmlDType::Q4K | GgmlDType::Q6K)
 }
 
+/// Whether `auto` puts a file whose main format is `d` in the kernels: every quantized format
+/// (those without a kernel of their own, Q5_K say, as Q8_0); float files stay with candle.
+fn kernels_take(d: GgmlDType) -> bool {
+    has_batched_kernel(d) || !matches!(d, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)
+}
+
 /// What `auto` runs a matrix stored as `d` in, on the CPU with our kernels, in a file whose main
 /// format our kernels handle: Q8_0 as it is; Q4_1, Q4_0, Q4_K and Q6_K as they are where their
 /// kernel has SIMD (fewer bytes than Q8_0 and no re-quantization), else Q8_0; anything else (say
@@ -183,7 +189,7 @@ impl<'d> WeightPlan<'d> {
         let file_dtype = file.main_dtype().unwrap_or(GgmlDType::F32);
         let batched = device.is_cpu() && options.batched_kernels();
         let target_dtype = match format {
-            WeightFormat::Auto if batched && has_batched_kernel(file_dtype) => auto_batched_format(file_dtype),
+            WeightFormat::Auto if batched && kernels_take(file_dtype) => auto_batched_format(file_dtype),
             WeightFormat::Auto if device.is_cpu() && !is_fast_on_cpu(file_dtype) => Some(GgmlDType::Q8_0),
             WeightFormat::Auto | WeightFormat::File => None,
             WeightFormat::Q8_0 => Some(GgmlDType::Q8_0),
@@ -242,9 +248,7 @@ impl<'d> WeightPlan<'d> {
     fn linear(&self, qt: QTensor, bias: Option<Tensor>) -> Result<Linear> {
         let file_dtype = qt.dtype();
         let target = match self.format {
-            WeightFormat::Auto if self.batched && has_batched_kernel(self.file_dtype) => {
-                auto_batched_format(qt.dtype())
-            }
+            WeightFormat::Auto if self.batched && kernels_take(self.file_dtype) => auto_batched_format(qt.dtype()),
             _ => self.target_dtype,
         };
         let w = convert_matrix(qt, target, self.device)?;
