@@ -138,35 +138,11 @@ struct SoakResult {
     end: (u64, u64),
 }
 
-fn soak(comparisons: usize, commands: usize, max_tokens: usize) -> SoakResult {
-    let mut s = Soak::new();
-    // Warm-up: every configuration and command the loops below use (buffers, thread pools and
-    // the allocator's arenas settle).
-    let mut stopped = Vec::new();
-    for i in 0..24 {
-        let (run_id, cancel) = s.run(i, max_tokens);
-        if i % 4 == 3 {
-            cancel.store(true, Ordering::Relaxed);
-            stopped.push(run_id);
-        }
-        s.driver.send(EngineCommand::Discover);
-        s.drain();
-    }
-    s.check_accounts(max_tokens, &stopped);
-    s.runs.clear();
-    s.sample("after warm-up".into());
-    for i in 0..comparisons {
-        s.run(i, max_tokens);
-        s.drain();
-        if (i + 1) % (comparisons / 10).max(1) == 0 {
-            s.sample(format!("{} comparisons", i + 1));
-        }
-    }
-    s.check_accounts(max_tokens, &[]);
-
-    // Rapid commands: Run (each with changed settings, stopping the previous run as the app does),
-    // Stop, and a look for models on disk, without waiting; every 25 commands, wait for the end.
-    stopped.clear();
+/// Rapid commands: Run (each with changed settings, stopping the previous run as the app does),
+/// Stop, and a look for models on disk, without waiting; every 25 commands, wait for the end.
+/// Memory is sampled about five times along the way, each time all runs have ended, where
+/// `sample` says so.
+fn rapid_commands(s: &mut Soak, commands: usize, max_tokens: usize, stopped: &mut Vec<u64>, sample: bool) {
     let mut current: Option<(u64, Arc<AtomicBool>)> = None;
     for c in 0..commands {
         match c % 10 {
@@ -188,12 +164,44 @@ fn soak(comparisons: usize, commands: usize, max_tokens: usize) -> SoakResult {
         if (c + 1) % 25 == 0 {
             current = None;
             s.drain();
-        }
-        if (c + 1) % (commands / 5).max(1) == 0 {
-            s.sample(format!("{} commands", c + 1));
+            // Sampled when every run has ended: a leak stays, a run's buffers in flight do not.
+            if sample && (c + 1) % (commands / 5).max(25).next_multiple_of(25) == 0 {
+                s.sample(format!("{} commands", c + 1));
+            }
         }
     }
     s.drain();
+}
+
+fn soak(comparisons: usize, commands: usize, max_tokens: usize) -> SoakResult {
+    let mut s = Soak::new();
+    // Warm-up: every configuration and command the loops below use, rapid commands included
+    // (buffers, thread pools and the allocator's arenas settle).
+    let mut stopped = Vec::new();
+    for i in 0..24 {
+        let (run_id, cancel) = s.run(i, max_tokens);
+        if i % 4 == 3 {
+            cancel.store(true, Ordering::Relaxed);
+            stopped.push(run_id);
+        }
+        s.driver.send(EngineCommand::Discover);
+        s.drain();
+    }
+    rapid_commands(&mut s, 50, max_tokens, &mut stopped, false);
+    s.check_accounts(max_tokens, &stopped);
+    s.runs.clear();
+    s.sample("after warm-up".into());
+    for i in 0..comparisons {
+        s.run(i, max_tokens);
+        s.drain();
+        if (i + 1) % (comparisons / 10).max(1) == 0 {
+            s.sample(format!("{} comparisons", i + 1));
+        }
+    }
+    s.check_accounts(max_tokens, &[]);
+
+    stopped.clear();
+    rapid_commands(&mut s, commands, max_tokens, &mut stopped, true);
     s.check_accounts(max_tokens, &stopped);
     // The engine still runs a full comparison.
     let (last, _) = s.run(0, max_tokens);
