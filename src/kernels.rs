@@ -379,6 +379,7 @@ mod activations;
 mod kquants;
 mod layout;
 mod q4;
+mod q4_scales;
 mod q6k;
 mod q8;
 use activations::*;
@@ -387,6 +388,7 @@ use layout::*;
 pub use q4::Q4Matrix;
 #[allow(unused_imports)]
 use q4::*;
+use q4_scales::*;
 pub use q6k::Q6Matrix;
 pub use q8::Q8Matrix;
 #[allow(unused_imports)]
