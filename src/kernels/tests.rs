@@ -3,10 +3,18 @@
 
 use super::*;
 
-fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
+pub(super) fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
     (0..n)
         .map(|i| (crate::sampling::uniform(seed, i as u64, crate::sampling::Purpose::TargetSample) as f32 - 0.5) * 4.0)
         .collect()
+}
+
+/// The bits of the `len` outputs a kernel call `f` writes, for comparing paths exactly.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn output_bits(len: usize, f: &dyn Fn(&mut [f32])) -> Vec<u32> {
+    let mut out = vec![0f32; len];
+    f(&mut out);
+    out.iter().map(|v| v.to_bits()).collect()
 }
 
 /// GGML Q4_1 bytes of a pseudo-random `(n_out, n_in)` matrix, quantized by candle.
@@ -95,11 +103,7 @@ fn vnni_kernels_equal_the_avx2_ones() {
             let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 23 + n_rows as u64), n_rows, n_in);
             xq.fill_unsigned_for_vnni();
             xq.fill_pairs_for_wide();
-            let run = |f: &dyn Fn(&mut [f32])| {
-                let mut out = vec![0f32; n_out * n_rows];
-                f(&mut out);
-                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-            };
+            let run = |f: &dyn Fn(&mut [f32])| output_bits(n_out * n_rows, f);
             // SAFETY: `use_vnni` checked AVX-512 VNNI and VL, which imply AVX2 and FMA here.
             unsafe {
                 assert_eq!(

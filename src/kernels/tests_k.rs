@@ -5,11 +5,9 @@ use super::*;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
-fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
-    (0..n)
-        .map(|i| (crate::sampling::uniform(seed, i as u64, crate::sampling::Purpose::TargetSample) as f32 - 0.5) * 4.0)
-        .collect()
-}
+#[cfg(target_arch = "x86_64")]
+use super::tests::output_bits;
+use super::tests::pseudo_random;
 
 /// Shapes with one, two and eight super-blocks per row; 67 outputs leave a part of a task.
 const SHAPES: [(usize, usize); 3] = [(67, 256), (20, 512), (9, 2048)];
@@ -83,9 +81,7 @@ fn k_kernels_match_f32_and_portable_and_are_batch_exact() {
             for n_rows in [1, 2, 3, 4, 5, 7, 9, 17] {
                 let x = pseudo_random(n_rows * n_in, 13 + n_rows as u64);
                 let all = matmul(&x, n_rows);
-                let mut xq = quantize_rows(&x, n_rows, n_in);
-                #[cfg(target_arch = "x86_64")]
-                xq.fill_half_sums();
+                let xq = quantize_rows(&x, n_rows, n_in);
                 let mut slow = vec![0f32; n_out * n_rows];
                 portable(&xq, &mut slow);
                 for r in 0..n_rows {
@@ -125,11 +121,7 @@ fn q6_vnni_equals_avx2() {
         for n_rows in [1, 2, 3, 5, 6, 9] {
             let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 22 + n_rows as u64), n_rows, n_in);
             xq.fill_half_sums();
-            let run = |f: &dyn Fn(&mut [f32])| {
-                let mut out = vec![0f32; n_out * n_rows];
-                f(&mut out);
-                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-            };
+            let run = |f: &dyn Fn(&mut [f32])| output_bits(n_out * n_rows, f);
             // SAFETY: `use_vnni` checked AVX-512 VNNI and VL, which imply AVX2 and FMA here.
             unsafe {
                 assert_eq!(
