@@ -7,7 +7,7 @@ use crate::ModelArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use mentor_lab::presets::preset;
-use mentor_lab::{Coupling, DraftLen, Engine, GenerateRequest, MentorRule, Mode, SamplingParams};
+use mentor_lab::{Coupling, DraftLen, Engine, GenerateRequest, MentorRule, Mode, SamplingParams, TreeShape};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -78,6 +78,8 @@ pub struct BenchConfig {
     pub feature: bool,
     /// The coupling this configuration names, if any (`,sameseed`, `,maxaccept`).
     pub coupling: Option<Coupling>,
+    /// A tree of candidates per round (`tree=WxD`) instead of a chain.
+    pub tree: Option<TreeShape>,
 }
 
 pub fn parse_config(s: &str) -> Result<BenchConfig> {
@@ -93,6 +95,7 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
         tiles: true,
         feature: false,
         coupling: None,
+        tree: None,
     };
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) = part.split_once('=').unwrap_or((part, ""));
@@ -101,6 +104,10 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
             "draft" => c.mode = Mode::Draft,
             "auto" => c.draft_len = DraftLen::Auto,
             "fixed" | "k" => c.draft_len = value.parse().map_err(anyhow::Error::msg)?,
+            "tree" => {
+                c.tree = Some(value.parse().map_err(anyhow::Error::msg)?);
+                c.coupling = Some(Coupling::SameSeed);
+            }
             "tv" | "kl" => {
                 c.rule = key.parse().map_err(anyhow::Error::msg)?;
                 c.budget = value.parse().with_context(|| format!("budget `{value}` in config `{s}` is not a number"))?;
@@ -112,7 +119,7 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
             "feature" => c.feature = true,
             "sameseed" | "same-seed" => c.coupling = Some(Coupling::SameSeed),
             "maxaccept" | "max-acceptance" => c.coupling = Some(Coupling::MaxAcceptance),
-            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tv=D, kl=D, nobonus, nolookup, notail, noamx, feature, sameseed, maxaccept"),
+            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tree=WxD, tv=D, kl=D, nobonus, nolookup, notail, noamx, feature, sameseed, maxaccept"),
         }
     }
     Ok(c)
@@ -250,6 +257,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         lookup: c.lookup,
         copy_tail: c.copy_tail,
         coupling: c.coupling.unwrap_or_default(),
+        tree: c.tree,
         ..base.clone()
     };
     eprint!("warm-up:");

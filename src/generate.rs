@@ -76,6 +76,53 @@ impl std::fmt::Display for DraftLen {
     }
 }
 
+/// A tree of candidates per round ([`TreeShape::parse`]: `WxD`): at each depth up to `width`
+/// nodes, the most likely continuations of the depth before, each offering its `width` best
+/// tokens of the draft's same-seed race; `depth` deep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeShape {
+    pub width: usize,
+    pub depth: usize,
+}
+
+/// The widest tree a round may draft.
+pub const MAX_TREE_WIDTH: usize = 8;
+
+impl std::str::FromStr for TreeShape {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let bad = || {
+            format!(
+                "a tree is WIDTHxDEPTH, e.g. 3x6 (width 1..={MAX_TREE_WIDTH}, depth 1..={MAX_DRAFT_LEN}), got `{s}`"
+            )
+        };
+        let (w, d) = s.split_once(['x', 'X']).ok_or_else(bad)?;
+        let (width, depth) =
+            (w.trim().parse::<usize>().map_err(|_| bad())?, d.trim().parse::<usize>().map_err(|_| bad())?);
+        let shape = TreeShape { width, depth };
+        shape.check().map_err(|_| bad())?;
+        Ok(shape)
+    }
+}
+
+impl std::fmt::Display for TreeShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.width, self.depth)
+    }
+}
+
+impl TreeShape {
+    fn check(&self) -> std::result::Result<(), String> {
+        match (1..=MAX_TREE_WIDTH).contains(&self.width) && (1..=MAX_DRAFT_LEN).contains(&self.depth) {
+            true => Ok(()),
+            false => Err(format!(
+                "a tree is 1..={MAX_TREE_WIDTH} wide and 1..={MAX_DRAFT_LEN} deep, got {}x{}",
+                self.width, self.depth
+            )),
+        }
+    }
+}
+
 /// Everything that defines one run. Same request + same models = same output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -112,6 +159,9 @@ pub struct GenerateRequest {
     /// that a run's rounds depend only on the text and the seed (deterministic tests).
     #[serde(default)]
     pub costs: Option<FixedCosts>,
+    /// Draft a tree of candidates each round instead of a chain (same-seed coupling only).
+    #[serde(default)]
+    pub tree: Option<TreeShape>,
 }
 
 impl Default for GenerateRequest {
@@ -133,6 +183,7 @@ impl Default for GenerateRequest {
             coupling: Coupling::default(),
             n_top: 0,
             costs: None,
+            tree: None,
         }
     }
 }
@@ -163,6 +214,16 @@ impl GenerateRequest {
         if let DraftLen::Fixed(k) = self.draft_len {
             if !(1..=MAX_DRAFT_LEN).contains(&k) {
                 return Err(EngineError::InvalidSetting(format!("draft length must be 1..={MAX_DRAFT_LEN}, got {k}")));
+            }
+        }
+        if let Some(t) = self.tree {
+            t.check().map_err(EngineError::InvalidSetting)?;
+            if self.coupling != Coupling::SameSeed {
+                return Err(EngineError::InvalidSetting(
+                    "a tree of candidates is verified with the same-seed coupling only (its output then does not \
+                     depend on the tree); switch the coupling to same-seed or draft a chain"
+                        .into(),
+                ));
             }
         }
         Ok(())

@@ -15,7 +15,7 @@ mod cpu_forward;
 mod embedding;
 /// The CPU attention kernels, public for `cargo bench`.
 pub mod attention {
-    pub use crate::cpu_forward::{head_attend, heads_attend};
+    pub use crate::cpu_forward::{head_attend, head_attend_rows, heads_attend, heads_attend_rows, KvRows};
 }
 pub mod engine;
 pub mod error;
@@ -35,7 +35,7 @@ pub mod tokenizer;
 
 pub use engine::{load_model, Engine};
 pub use error::{EngineError, Result};
-pub use generate::{DraftLen, GenEvent, GenerateRequest, Generation, Mode, TokenInfo, TokenSource};
+pub use generate::{DraftLen, GenEvent, GenerateRequest, Generation, Mode, TokenInfo, TokenSource, TreeShape};
 pub use mentor::{Coupling, MentorRule};
 pub use model::WeightFormat;
 pub use options::{EngineOptions, KernelPath};
@@ -46,7 +46,7 @@ pub use sampling::SamplingParams;
 pub fn set_threads(n: usize) {
     if n > 0 {
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-        if !options::current().batched_kernels() {
+        if !options::peek().batched_kernels() {
             std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
         }
     }
@@ -64,7 +64,7 @@ pub fn init_threads() {
         std::env::set_var("RAYON_NUM_THREADS", candle_core::utils::get_num_threads().to_string());
     }
     if cfg!(target_arch = "x86_64")
-        && options::current().batched_kernels()
+        && options::peek().batched_kernels()
         && std::env::var_os("CANDLE_NUM_THREADS").is_none()
     {
         std::env::set_var("CANDLE_NUM_THREADS", "1");

@@ -178,6 +178,10 @@ struct GenerateArgs {
     /// With --draft-len auto: copy only from a round's start, never after tokens drafted by the model.
     #[arg(long)]
     no_copy_tail: bool,
+    /// Draft a tree of candidates each round, WIDTHxDEPTH (e.g. 3x6), verified in one forward,
+    /// instead of a chain (same-seed coupling; --draft-len is then unused).
+    #[arg(long, value_name = "WxD")]
+    tree: Option<mentor_lab::generate::TreeShape>,
     /// same-seed: a position's token depends only on the seed and its distribution, so at D = 0 the
     /// text equals target-only's; max-acceptance: the classic rule, more drafted tokens accepted.
     #[arg(long, default_value = "same-seed")]
@@ -366,6 +370,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
         coupling: args.coupling,
         n_top: args.top,
         costs: args.fixed_step_ms.map(|ms| mentor_lab::adaptive::FixedCosts::default_pair(ms / 1000.0)),
+        tree: args.tree,
     };
     req.validate()?;
     if req.prompt.trim().is_empty() {

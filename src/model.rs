@@ -18,6 +18,7 @@ use std::io::BufReader;
 mod device;
 mod features;
 mod load;
+mod tree;
 pub use device::{choose_accelerated, default_device, device_note, probe_device};
 use load::*;
 
@@ -222,6 +223,9 @@ pub struct Transformer {
     /// The head matrix whose embedding and rows a feature draft borrowed (its address, to tell
     /// whether the next run's target is the same).
     borrowed_from: Option<usize>,
+    /// The tree of candidates the cache holds after [`Self::forward_tree`], until
+    /// [`Self::keep_path`] or any other forward, truncation or clearing ends it.
+    tree: Option<tree::TreeRegion>,
 }
 
 /// Logits of a forward over several tokens, each row computed when first asked for
@@ -287,6 +291,7 @@ impl Transformer {
 
     pub fn clear(&mut self) -> Result<()> {
         self.n_cached = 0;
+        self.tree = None;
         if self.cache.is_empty() && !self.native {
             self.allocate_cache(INITIAL_CACHE.min(self.max_context()))?;
         }
@@ -297,6 +302,7 @@ impl Transformer {
     /// overwritten by the next forward).
     pub fn truncate(&mut self, len: usize) {
         self.n_cached = self.n_cached.min(len);
+        self.tree = None;
     }
 
     fn allocate_cache(&mut self, capacity: usize) -> Result<()> {
@@ -331,9 +337,9 @@ impl Transformer {
             // then share the caller's thread instead of waking two workers while the caller sleeps
             // (with as many workers as cores, the caller otherwise competes with the spinning
             // workers). The tensor-free step runs its sections on `crate::team` from this thread.
-            return rayon::scope(|_| self.forward_impl(tokens));
+            return rayon::scope(|_| self.forward_impl(tokens, None));
         }
-        self.forward_impl(tokens)
+        self.forward_impl(tokens, None)
     }
 
     /// Whether steps run tensor-free on the CPU ([`crate::cpu_forward`]).
@@ -389,12 +395,17 @@ impl Transformer {
         Ok(())
     }
 
-    fn forward_impl(&mut self, tokens: &[u32]) -> Result<Tensor> {
+    /// The forward of `tokens` from cache row `n_cached` on: a chain, or the nodes of a tree
+    /// (`tree`: each row's position and the rows it sees).
+    fn forward_impl(&mut self, tokens: &[u32], tree: Option<&cpu_forward::TreeRows>) -> Result<Tensor> {
         let n_new = tokens.len();
         let pos = self.n_cached;
         self.check_new_tokens(tokens)?;
         self.tokens_alone()?;
-        if let Some(h) = self.native_hidden(tokens)? {
+        if tree.is_none() {
+            self.tree = None;
+        }
+        if let Some(h) = self.native_hidden_at(tokens, tree)? {
             return self.head_logits(h, n_new);
         }
         if pos + n_new > self.cache_capacity {
@@ -405,9 +416,18 @@ impl Transformer {
             self.allocate_cache(cap.min(self.max_context()))?;
         }
         let mut x = self.embed.rows_tensor(tokens, &self.device)?; // (n_new, n_embd)
-        let cos = self.cos.narrow(0, pos, n_new)?;
-        let sin = self.sin.narrow(0, pos, n_new)?;
-        let mask = if n_new > 1 { Some(self.causal_mask(pos, n_new)?) } else { None };
+        let (cos, sin, mask) = match tree {
+            None => {
+                let mask = if n_new > 1 { Some(self.causal_mask(pos, n_new)?) } else { None };
+                (self.cos.narrow(0, pos, n_new)?, self.sin.narrow(0, pos, n_new)?, mask)
+            }
+            Some(t) => {
+                let at: Vec<u32> = t.pos.iter().map(|&p| p as u32).collect();
+                let at = Tensor::new(at.as_slice(), &self.device)?;
+                let mask = Some(self.tree_mask(t, pos + n_new)?);
+                (self.cos.index_select(&at, 0)?, self.sin.index_select(&at, 0)?, mask)
+            }
+        };
         let eps = self.config.rms_eps as f32;
         for (layer, cache) in self.layers.iter().zip(self.cache.iter()) {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
@@ -437,6 +457,12 @@ impl Transformer {
     /// The tensor-free step's final hidden states `(n, n_embd)` for `tokens` (already checked by
     /// the caller), when that step applies; None leaves the forward to the tensor path.
     fn native_hidden(&mut self, tokens: &[u32]) -> Result<Option<Vec<f32>>> {
+        self.tree = None;
+        self.native_hidden_at(tokens, None)
+    }
+
+    /// [`Self::native_hidden`] for a chain or the nodes of a tree.
+    fn native_hidden_at(&mut self, tokens: &[u32], tree: Option<&cpu_forward::TreeRows>) -> Result<Option<Vec<f32>>> {
         let (n_new, pos) = (tokens.len(), self.n_cached);
         if !self.native {
             return Ok(None);
@@ -445,7 +471,11 @@ impl Transformer {
         let Some(cpu) = self.cpu.as_mut() else { return Ok(None) };
         let x = self.embed.rows(tokens)?;
         cpu.reserve(&self.config, pos + n_new, pos, self.cos.dims()[0]);
-        let h = cpu.forward(&self.config, x, pos);
+        let attend = match tree {
+            Some(t) => cpu_forward::Attend::Tree(t),
+            None => cpu_forward::Attend::Causal { pos },
+        };
+        let h = cpu.forward_at(&self.config, x, pos, attend);
         self.n_cached = pos + n_new;
         Ok(Some(h))
     }
@@ -518,6 +548,18 @@ impl Transformer {
     pub fn lazy_rows(&self, l: &mut LazyLogits, upto: usize) -> Result<()> {
         let upto = upto.min(l.rows.len());
         let Some(first) = l.rows[..upto].iter().position(|r| r.is_none()) else { return Ok(()) };
+        self.lazy_range(l, first, upto)
+    }
+
+    /// Make row `i` of `l` available (a tree's walk reads the rows of one path).
+    pub fn lazy_row(&self, l: &mut LazyLogits, i: usize) -> Result<()> {
+        match l.rows.get(i) {
+            Some(None) => self.lazy_range(l, i, i + 1),
+            _ => Ok(()),
+        }
+    }
+
+    fn lazy_range(&self, l: &mut LazyLogits, first: usize, upto: usize) -> Result<()> {
         let d = self.config.n_embd;
         let h = l
             .hidden

@@ -96,6 +96,12 @@ pub fn current() -> EngineOptions {
     *CURRENT.get_or_init(|| EngineOptions::from_env().unwrap_or_default())
 }
 
+/// The options [`set`] chose, else the environment's, without fixing them (for what runs before
+/// the command line is read, such as the thread setup).
+pub fn peek() -> EngineOptions {
+    CURRENT.get().copied().unwrap_or_else(|| EngineOptions::from_env().unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -134,6 +134,26 @@ pub fn race_argmax(dist: &[f32], w: &[f32]) -> usize {
 
 /// The race weights ([`race_weights`]) of the output positions a run is working on: each computed
 /// once, shared by the draft's proposal, the verification and the bonus at that position.
+/// The `k` tokens that come first in the race of `dist` with weights `w`, best first: the first
+/// is [`race_argmax`]'s (ties to the lowest index, as there); tokens of zero probability never
+/// enter.
+pub fn race_top(dist: &[f32], w: &[f32], k: usize) -> Vec<usize> {
+    let mut best: Vec<(f32, usize)> = Vec::with_capacity(k + 1);
+    if k == 0 {
+        return Vec::new();
+    }
+    for (i, (&d, &x)) in dist.iter().zip(w).enumerate() {
+        let key = d * x;
+        if !(key > 0.0) || (best.len() == k && key <= best[k - 1].0) {
+            continue;
+        }
+        let at = best.partition_point(|&(b, _)| b >= key);
+        best.insert(at, (key, i));
+        best.truncate(k);
+    }
+    best.into_iter().map(|(_, i)| i).collect()
+}
+
 pub struct RaceNoise {
     seed: u64,
     n_vocab: usize,

@@ -4,7 +4,7 @@
 //! target-only draw whatever the draft proposed.
 
 use mentor_lab::mentor::{mix, tv_distance, verify_same_seed, MentorRule};
-use mentor_lab::sampling::{ln_unit, probabilities, race_argmax, race_weights, SamplingParams};
+use mentor_lab::sampling::{ln_unit, probabilities, race_argmax, race_top, race_weights, SamplingParams};
 
 const N_DRAWS: u64 = 100_000;
 
@@ -168,4 +168,38 @@ fn the_branch_free_logarithm_matches_ln() {
         u *= 1.0007;
     }
     assert_eq!(ln_unit(1.0), 0.0);
+}
+
+/// A tree node offers the first `w` tokens of the draft's race; the verifier's token is the race's
+/// pick from π whatever is offered, so the output stays on π, while the share of positions where
+/// it is among the offers grows with `w` (from the chain's acceptance at w = 1 to 1 when every
+/// token of q's support is offered). The first offer is always the chain's token.
+#[test]
+fn tree_offers_raise_acceptance_and_leave_the_output_on_pi() {
+    let n = 10;
+    let p = random_dist(n, 91);
+    let q = random_dist(n, 92);
+    let pi = mix(MentorRule::Tv, &p, &q, 0.2).pi_mixed;
+    let n_draws = N_DRAWS / 4;
+    let mut last_rate = 0.0;
+    for width in [1, 2, 3, 5, n] {
+        let (mut counts, mut hits) = (vec![0u64; n], 0u64);
+        for pos in 0..n_draws {
+            let w = weights(7, pos, n);
+            let offers = race_top(&q, &w, width);
+            assert_eq!(offers[0], race_argmax(&q, &w), "position {pos}: the first offer is the chain's token");
+            assert!(offers.windows(2).all(|o| q[o[0]] * w[o[0]] >= q[o[1]] * w[o[1]]), "offers in race order");
+            let y = race_argmax(&pi, &w);
+            counts[y] += 1;
+            hits += u64::from(offers.contains(&y));
+        }
+        let stat = chi2(&counts, &pi, n_draws);
+        assert!(stat < chi2_crit(n - 1), "width {width}: output off π, χ² {stat:.1}");
+        let rate = hits as f64 / n_draws as f64;
+        assert!(rate > last_rate, "width {width}: acceptance {rate:.4} not above {last_rate:.4}");
+        last_rate = rate;
+    }
+    assert_eq!(last_rate, 1.0, "every token offered: always accepted");
+    assert!(race_top(&[0.0, 0.5, 0.5, 0.0], &[1.0; 4], 4).len() == 2, "no offer of zero probability");
+    assert!(race_top(&q, &weights(7, 0, n), 0).is_empty());
 }

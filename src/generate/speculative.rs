@@ -17,6 +17,8 @@ use crate::sampling::{nll_given_log_z, probabilities, race_argmax, sample_index,
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+mod tree;
+
 /// Speculative / mentored decoding with `draft` proposing and `target` verifying.
 pub fn generate_speculative(
     target: &mut LoadedModel,
@@ -43,7 +45,18 @@ pub fn generate_speculative(
         noise: RaceNoise::new(req.seed, n_vocab),
         n_vocab,
     };
+    if req.tree.is_some() && !matches!(rounds.source, DraftModel::Independent) {
+        return Err(EngineError::InvalidSetting(format!(
+            "{} is a feature draft; a tree of candidates is drafted by an independent draft model. Draft a chain \
+             with it, or pick an independent draft",
+            draft.info.path.display()
+        )));
+    }
     while !run.done() {
+        if let Some(shape) = req.tree {
+            rounds.tree_round(&mut run, tmodel, dmodel, shape)?;
+            continue;
+        }
         let t_round = Instant::now();
         let base = run.context.len();
         let proposal = rounds.propose(&run, dmodel)?;

@@ -69,6 +69,7 @@ impl Transformer {
         };
         cpu.reserve(&self.config, pos + tokens.len(), pos, max);
         let h = cpu.forward(&self.config, x, pos);
+        self.tree = None;
         self.n_cached = pos + tokens.len();
         let last = h[h.len() - d..].to_vec();
         let logits = match (&self.small_head, self.restrict_head) {

@@ -447,6 +447,7 @@ impl Transformer {
             features,
             head_tokens,
             borrowed_from: None,
+            tree: None,
         };
         model.clear()?;
         Ok(model)

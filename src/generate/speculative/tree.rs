@@ -1,0 +1,263 @@
+//! A round over a tree of candidates: the draft proposes, depth by depth, the best tokens of its
+//! same-seed race at the most likely nodes; the target runs every node in one forward (each node
+//! attending to the text and its own ancestors); the walk from the root emits, at each node, the
+//! race's winner under π with the position's noise, and follows it where it is one of the node's
+//! children. The text emitted is the one a chain, or the target alone at D = 0, would emit: the
+//! tree only decides how much of it one round settles.
+
+use super::{DraftModel, Rounds};
+use crate::error::{EngineError, Result};
+use crate::generate::{
+    beside_log_z, draw, plain_token, top_entries, GenEvent, RoundInfo, Run, TokenInfo, TokenSource, TreeShape,
+};
+use crate::mentor::mix;
+use crate::model::{LazyLogits, Transformer};
+use crate::sampling::{nll_given_log_z, probabilities, race_argmax, race_top, Purpose};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// The nodes of a round's tree, in the order the target runs them. Node 0 is the root: the last
+/// token of the context, which the target has not run yet.
+struct Tree {
+    tokens: Vec<u32>,
+    parent: Vec<Option<usize>>,
+    depth: Vec<usize>,
+    children: Vec<Vec<usize>>,
+    /// The draft's distribution after the node, for the nodes it ran (the parents).
+    q: Vec<Option<Vec<f32>>>,
+    /// The node's index among the draft's tree nodes, for the nodes it ran (the root is not one:
+    /// the draft had the context already).
+    draft_node: Vec<Option<usize>>,
+}
+
+impl Tree {
+    fn new(root: u32) -> Tree {
+        Tree {
+            tokens: vec![root],
+            parent: vec![None],
+            depth: vec![0],
+            children: vec![Vec::new()],
+            q: vec![None],
+            draft_node: vec![None],
+        }
+    }
+
+    fn push(&mut self, token: u32, parent: usize) -> usize {
+        let n = self.tokens.len();
+        self.tokens.push(token);
+        self.parent.push(Some(parent));
+        self.depth.push(self.depth[parent] + 1);
+        self.children.push(Vec::new());
+        self.children[parent].push(n);
+        self.q.push(None);
+        self.draft_node.push(None);
+        n
+    }
+
+    /// The tokens from the root's child down to `node`.
+    fn path_tokens(&self, node: usize) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut at = node;
+        while let Some(p) = self.parent[at] {
+            out.push(self.tokens[at]);
+            at = p;
+        }
+        out.reverse();
+        out
+    }
+}
+
+impl Rounds<'_> {
+    /// One round with a tree of candidates of `shape`: propose, verify, walk, settle, record.
+    pub(super) fn tree_round(
+        &mut self,
+        run: &mut Run,
+        tmodel: &mut Transformer,
+        dmodel: &mut Transformer,
+        shape: TreeShape,
+    ) -> Result<()> {
+        let t_round = Instant::now();
+        let base = run.context.len();
+        let tree = self.propose_tree(run, dmodel, shape)?;
+        let draft_s = t_round.elapsed().as_secs_f64();
+        if run.cancel.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let t_verify = Instant::now();
+        let mut rows = tmodel.forward_tree(&tree.tokens, &tree.parent)?;
+        let mut verify_s = t_verify.elapsed().as_secs_f64();
+        let path = self.walk_tree(run, tmodel, &tree, &mut rows, &mut verify_s)?;
+        let keep = run.context.len() - 1;
+        self.noise.forget_before(run.n_emitted() as u64);
+        tmodel.keep_path(&path)?;
+        tmodel.truncate(keep);
+        let fed: Vec<usize> = path[1..].iter().map_while(|&n| tree.draft_node[n]).collect();
+        if !fed.is_empty() {
+            dmodel.keep_path(&fed)?;
+        }
+        dmodel.truncate(keep);
+        let n_proposed = tree.tokens.len() - 1;
+        let n_accepted = path.len() - 1;
+        let s = &mut run.stats;
+        s.n_rounds += 1;
+        s.n_drafted += n_proposed;
+        s.n_accepted += n_accepted;
+        s.draft_s += draft_s;
+        s.verify_s += verify_s;
+        let info = RoundInfo {
+            index: run.rounds.len(),
+            n_proposed,
+            n_accepted,
+            n_emitted: run.context.len() - base,
+            draft_s,
+            verify_s,
+            n_copied: 0,
+        };
+        run.rounds.push(info.clone());
+        (run.on_event)(GenEvent::Round(info));
+        Ok(())
+    }
+
+    /// Propose: depth by depth, the `width` most likely of the candidates (each expanded node's
+    /// `width` best tokens of the race at its position, scored by the draft's probability of the
+    /// path), one draft forward per depth over its new nodes. Never deeper than the tokens left.
+    fn propose_tree(&mut self, run: &Run, dmodel: &mut Transformer, shape: TreeShape) -> Result<Tree> {
+        let req = self.req;
+        let base = run.context.len();
+        let mut tree = Tree::new(run.context[base - 1]);
+        let depth = shape.depth.min(run.remaining());
+        if depth == 0 || !matches!(self.source, DraftModel::Independent) {
+            return Ok(tree);
+        }
+        let is_stop = |x: &u32| !req.ignore_eos && run.tok.stop_ids.contains(x);
+        let (logits, _) = self.source.catch_up(dmodel, &run.context)?;
+        tree.q[0] = Some(probabilities(&logits, &run.context, &req.sampling, self.n_vocab));
+        // Per node: the draft's probability of its path, and whether it is on the chain the
+        // draft alone would propose (each race's winner after the last): that chain always
+        // stays in the tree, so a tree settles at least what the chain would.
+        let (mut score, mut chain) = (vec![1.0f64], vec![true]);
+        let mut frontier = vec![0usize];
+        for d in 0..depth {
+            let at = (base - run.n_prompt + d) as u64;
+            // (on the chain, score, parent, token) of the next depth's candidates.
+            let mut candidates: Vec<(bool, f64, usize, u32)> = Vec::new();
+            for &node in &frontier {
+                let Some(q) = &tree.q[node] else { continue };
+                for (rank, x) in race_top(q, self.noise.at(at), shape.width).into_iter().enumerate() {
+                    candidates.push((chain[node] && rank == 0, score[node] * q[x] as f64, node, x as u32));
+                }
+            }
+            candidates.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)));
+            candidates.truncate(shape.width);
+            if candidates.is_empty() {
+                break;
+            }
+            frontier.clear();
+            for &(on_chain, sc, parent, x) in &candidates {
+                let n = tree.push(x, parent);
+                score.push(sc);
+                chain.push(on_chain);
+                frontier.push(n);
+            }
+            let last = d + 1 == depth || run.cancel.load(Ordering::Relaxed);
+            let expand: Vec<usize> = frontier.iter().copied().filter(|n| !is_stop(&tree.tokens[*n])).collect();
+            if last || expand.is_empty() {
+                break;
+            }
+            // The draft runs the nodes it expands; their parents are draft tree nodes already.
+            let n_before = tree.draft_node.iter().flatten().count();
+            let parents: Vec<Option<usize>> =
+                expand.iter().map(|&n| tree.parent[n].and_then(|p| tree.draft_node[p])).collect();
+            let tokens: Vec<u32> = expand.iter().map(|&n| tree.tokens[n]).collect();
+            let mut rows = dmodel.forward_tree(&tokens, &parents)?;
+            dmodel.lazy_rows(&mut rows, expand.len())?;
+            for (i, &n) in expand.iter().enumerate() {
+                tree.draft_node[n] = Some(n_before + i);
+                let row = rows.row(i).ok_or_else(|| EngineError::Internal("tree: draft row missing".into()))?;
+                let mut text = run.context.clone();
+                text.extend(tree.path_tokens(n));
+                tree.q[n] = Some(probabilities(row, &text, &req.sampling, self.n_vocab));
+            }
+            frontier = expand;
+        }
+        Ok(tree)
+    }
+
+    /// Walk the tree from the root: at a node the draft expanded, emit the race's winner under π
+    /// and follow it if it is a child; at any other node emit the target's own token (the root's
+    /// always, a deeper one's as the bonus). Returns the path of nodes whose tokens are settled.
+    fn walk_tree(
+        &mut self,
+        run: &mut Run,
+        tmodel: &Transformer,
+        tree: &Tree,
+        rows: &mut LazyLogits,
+        verify_s: &mut f64,
+    ) -> Result<Vec<usize>> {
+        let req = self.req;
+        let (base, round) = (run.context.len(), run.rounds.len());
+        let mut path = vec![0usize];
+        let mut node = 0;
+        while !run.done() {
+            let d = tree.depth[node];
+            let pos = (base - run.n_prompt + d) as u64;
+            let t = Instant::now();
+            tmodel.lazy_row(rows, node)?;
+            *verify_s += t.elapsed().as_secs_f64();
+            let logits =
+                rows.row(node).ok_or_else(|| EngineError::Internal(format!("tree: verify row {node} missing")))?;
+            let Some(q) = tree.q[node].as_ref().filter(|_| !tree.children[node].is_empty()) else {
+                if node == 0 || req.bonus {
+                    let (pt, log_z) = beside_log_z(logits, self.n_vocab, true, || {
+                        probabilities(logits, &run.context, &req.sampling, self.n_vocab)
+                    })?;
+                    let x = draw(req, &mut self.noise, &pt, pos, Purpose::TargetSample);
+                    let info = TokenInfo {
+                        p_target: Some(pt[x as usize]),
+                        round: Some(round),
+                        top: top_entries(run.tok, req.n_top, Some(&pt[..]), None, None, &[x]),
+                        ..plain_token(x, if node == 0 { TokenSource::Target } else { TokenSource::Bonus })
+                    };
+                    run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, x)))?;
+                }
+                break;
+            };
+            let ((pt, mixed), log_z) = beside_log_z(logits, self.n_vocab, true, || {
+                let pt = probabilities(logits, &run.context, &req.sampling, self.n_vocab);
+                let mixed = mix(req.rule, &pt, q, req.budget);
+                (pt, mixed)
+            })?;
+            let y = race_argmax(&mixed.pi_mixed, self.noise.at(pos)) as u32;
+            let next = tree.children[node].iter().copied().find(|&c| tree.tokens[c] == y);
+            let first_choice = tree.tokens[tree.children[node][0]];
+            if run.tally.proposed_at.len() <= d {
+                run.tally.proposed_at.push(0);
+                run.tally.accepted_at.push(0);
+            }
+            run.tally.proposed_at[d] += 1;
+            run.tally.tv_sum += mixed.tv_pi_p;
+            run.tally.n_tv += 1;
+            let info = TokenInfo {
+                source: if next.is_some() { TokenSource::DraftAccepted } else { TokenSource::Resampled },
+                p_target: Some(pt[y as usize]),
+                q_draft: Some(q[y as usize]),
+                pi_mixed: Some(mixed.pi_mixed[y as usize]),
+                tv: Some(mixed.tv_pq),
+                theta: Some(mixed.theta),
+                round: Some(round),
+                drafted: Some(next.map_or(first_choice, |c| tree.tokens[c])),
+                top: top_entries(run.tok, req.n_top, Some(&pt[..]), Some(&q[..]), Some(&mixed.pi_mixed[..]), &[y]),
+                ..plain_token(y, TokenSource::Target)
+            };
+            run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, y)))?;
+            let Some(c) = next else { break };
+            run.tally.accepted_at[d] += 1;
+            path.push(c);
+            node = c;
+            if run.stopped {
+                break;
+            }
+        }
+        Ok(path)
+    }
+}

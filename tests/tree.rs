@@ -1,0 +1,205 @@
+//! Trees of candidates on the real default pair: a tree forward computes on every path what a
+//! chain forward of the same tokens computes, keeping a path leaves the cache of that chain, and
+//! a run drafting trees emits the text of the chain and of the target alone.
+
+mod common;
+
+use common::{draft_path, load_target};
+use mentor_lab::generate::LoadedModel;
+use mentor_lab::{
+    load_model, Coupling, DraftLen, Engine, EngineError, GenerateRequest, Mode, SamplingParams, TreeShape, WeightFormat,
+};
+use std::sync::atomic::AtomicBool;
+
+const PROMPT: &str = "Write a short story about a lighthouse keeper who finds a message in a bottle.";
+
+/// A tree after the prompt's last token (node 0): two branches at the root, three below node 1,
+/// a deep branch under node 3 and one under node 2.
+const PARENTS: [Option<usize>; 10] =
+    [None, Some(0), Some(0), Some(1), Some(1), Some(1), Some(3), Some(6), Some(2), Some(8)];
+
+fn tree_tokens(m: &LoadedModel, root: u32) -> Vec<u32> {
+    let mut t = vec![root];
+    t.extend(m.tokenizer.encode(" The old keeper walked slowly up the winding stairs").unwrap());
+    t.truncate(PARENTS.len());
+    assert_eq!(t.len(), PARENTS.len());
+    t
+}
+
+/// The nodes from the root down to `node`.
+fn path_to(node: usize) -> Vec<usize> {
+    let mut path = vec![node];
+    while let Some(p) = PARENTS[*path.last().unwrap()] {
+        path.push(p);
+    }
+    path.reverse();
+    path
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// How far the tensor path's rows may differ on F32 weights (its matrix products sum in another
+/// order per batch).
+const TENSOR_TOLERANCE: f32 = 2e-3;
+
+/// Every node's logits from one tree forward equal the last row of a chain forward over the
+/// node's path: bit for bit on the tensor-free CPU step, within rounding on the tensor path.
+#[test]
+fn tree_forward_equals_a_chain_forward_on_every_path() {
+    // The tensor path on F32 weights: with quantized ones its rows carry the activations'
+    // rounding, which differs with the batch.
+    for (format, native) in [(WeightFormat::Auto, true), (WeightFormat::F32, false)] {
+        let mut m = load_target(format);
+        assert_eq!(m.model.native_step(), native);
+        let prompt = m.tokenizer.prompt_ids(PROMPT, false).unwrap();
+        let (context, root) = (&prompt[..prompt.len() - 1], prompt[prompt.len() - 1]);
+        let tokens = tree_tokens(&m, root);
+        m.model.feed(context).unwrap();
+        let mut rows = m.model.forward_tree(&tokens, &PARENTS).unwrap();
+        m.model.lazy_rows(&mut rows, tokens.len()).unwrap();
+        for node in 0..tokens.len() {
+            let path: Vec<u32> = path_to(node).iter().map(|&n| tokens[n]).collect();
+            m.model.clear().unwrap();
+            m.model.feed(context).unwrap();
+            let chain = m.model.forward_rows(&path).unwrap().pop().unwrap();
+            let tree = rows.row(node).unwrap();
+            match native {
+                true => assert!(tree.iter().zip(&chain).all(|(a, b)| a.to_bits() == b.to_bits()), "node {node}"),
+                false => {
+                    let d = max_diff(tree, &chain);
+                    assert!(d < TENSOR_TOLERANCE, "tensor path, node {node}: logits differ by {d}");
+                }
+            }
+        }
+    }
+}
+
+/// After a tree forward and `keep_path`, the next forward equals a fresh chain over the kept
+/// text, for every path (the root alone included) and on both paths of the forward.
+#[test]
+fn keeping_a_path_leaves_the_cache_a_chain_would() {
+    // The tensor path on F32 weights: with quantized ones its rows carry the activations'
+    // rounding, which differs with the batch.
+    for (format, native) in [(WeightFormat::Auto, true), (WeightFormat::F32, false)] {
+        let mut m = load_target(format);
+        assert_eq!(m.model.native_step(), native);
+        let prompt = m.tokenizer.prompt_ids(PROMPT, false).unwrap();
+        let (context, root) = (&prompt[..prompt.len() - 1], prompt[prompt.len() - 1]);
+        let tokens = tree_tokens(&m, root);
+        let next = m.tokenizer.encode(" night").unwrap()[0];
+        for node in [0, 2, 5, 7, 9] {
+            let path = path_to(node);
+            m.model.clear().unwrap();
+            m.model.feed(context).unwrap();
+            m.model.forward_tree(&tokens, &PARENTS).unwrap();
+            m.model.keep_path(&path).unwrap();
+            assert_eq!(m.model.n_cached(), context.len() + path.len());
+            let after = m.model.forward_rows(&[next]).unwrap().pop().unwrap();
+            m.model.clear().unwrap();
+            let mut text = context.to_vec();
+            text.extend(path.iter().map(|&n| tokens[n]));
+            text.push(next);
+            let fresh = m.model.forward_rows(&text).unwrap().pop().unwrap();
+            let d = max_diff(&after, &fresh);
+            match native {
+                true => assert_eq!(d, 0.0, "path to node {node}: logits differ by {d}"),
+                false => assert!(d < TENSOR_TOLERANCE, "tensor path, path to node {node}: logits differ by {d}"),
+            }
+        }
+    }
+}
+
+/// Nodes whose parent is not fed yet, and paths that are not paths, are refused, not run.
+#[test]
+fn malformed_trees_are_errors() {
+    let mut m = load_target(WeightFormat::Auto);
+    let ids = m.tokenizer.encode("One two three four").unwrap();
+    m.model.feed(&ids[..2]).unwrap();
+    let e = m.model.forward_tree(&ids[2..4], &[Some(1), None]).unwrap_err();
+    assert!(matches!(e, EngineError::Internal(_)), "{e}");
+    m.model.forward_tree(&ids[1..4], &[None, Some(0), Some(0)]).unwrap();
+    let e = m.model.keep_path(&[0, 1, 2]).unwrap_err();
+    assert!(e.to_string().contains("not a path"), "{e}");
+    let e = m.model.keep_path(&[0]).unwrap_err();
+    assert!(e.to_string().contains("no tree"), "a failed keep_path ends the tree: {e}");
+}
+
+fn the_pair() -> Engine {
+    let draft = draft_path().expect("the default draft must be in assets/models");
+    let draft = load_model(&draft, WeightFormat::Auto, &candle_core::Device::Cpu).unwrap();
+    Engine::new(load_target(WeightFormat::Auto), Some(draft)).unwrap()
+}
+
+fn ids(engine: &mut Engine, req: &GenerateRequest) -> (Vec<u32>, mentor_lab::generate::Stats) {
+    let g = engine.generate(req, &AtomicBool::new(false), &mut |_| {}).unwrap();
+    (g.tokens.iter().map(|t| t.id).collect(), g.stats)
+}
+
+/// Under the same-seed coupling the text does not depend on the tree: at D = 0 trees, chains and
+/// the target alone emit the same tokens; at D > 0 (bonus tokens off, since a chain's bonus falls
+/// where a tree may still have candidates) trees emit the chain's tokens. Trees settle more
+/// tokens per round than the chain inside them.
+#[test]
+fn same_seed_trees_emit_the_text_of_chains() {
+    let mut engine = the_pair();
+    for (seed, temperature) in [(5, 0.7), (17, 1.0)] {
+        let base = GenerateRequest {
+            prompt: PROMPT.into(),
+            sampling: SamplingParams { temperature, ..SamplingParams::default() },
+            max_tokens: 48,
+            ignore_eos: true,
+            seed,
+            ..GenerateRequest::default()
+        };
+        let (want, _) = ids(&mut engine, &base);
+        for budget in [0.0, 0.5, 1.0] {
+            let bonus = budget == 0.0;
+            let spec = GenerateRequest { mode: Mode::Speculative, budget, bonus, ..base.clone() };
+            let (chain, chain_stats) =
+                ids(&mut engine, &GenerateRequest { draft_len: DraftLen::Fixed(6), ..spec.clone() });
+            if budget == 0.0 {
+                assert_eq!(chain, want, "chain vs target-only, seed {seed}");
+            }
+            for shape in ["1x6", "3x6", "2x4"] {
+                let tree = Some(shape.parse::<TreeShape>().unwrap());
+                let (got, stats) = ids(&mut engine, &GenerateRequest { tree, ..spec.clone() });
+                assert_eq!(got, chain, "tree {shape} vs chain, D = {budget}, seed {seed}");
+                eprintln!(
+                    "D = {budget}, seed {seed}, {shape}: {} rounds, chain {}",
+                    stats.n_rounds, chain_stats.n_rounds
+                );
+                // A tree as deep as the chain holds it: never more rounds. With a budget the
+                // chain is mostly accepted whole; losslessly the tree's other candidates must
+                // save rounds.
+                if shape.ends_with("x6") {
+                    assert!(stats.n_rounds <= chain_stats.n_rounds, "tree {shape}: more rounds than its chain");
+                }
+                if shape == "3x6" && budget == 0.0 {
+                    assert!(stats.n_rounds < chain_stats.n_rounds, "tree {shape}: not fewer rounds than its chain");
+                }
+            }
+        }
+    }
+}
+
+/// Trees need the same-seed coupling and an independent draft; both are said plainly.
+#[test]
+fn trees_refuse_what_they_cannot_verify() {
+    let tree = Some(TreeShape { width: 2, depth: 4 });
+    let req =
+        GenerateRequest { mode: Mode::Speculative, tree, coupling: Coupling::MaxAcceptance, ..Default::default() };
+    let e = req.validate().unwrap_err().to_string();
+    assert!(e.contains("same-seed"), "{e}");
+    assert!("9x2".parse::<TreeShape>().unwrap_err().contains("WIDTHxDEPTH"));
+    assert!("3,4".parse::<TreeShape>().is_err());
+    assert_eq!("3x4".parse::<TreeShape>(), Ok(TreeShape { width: 3, depth: 4 }));
+    let feature = mentor_lab::models::feature_draft().expect("the feature draft must be in assets/models");
+    let feature = load_model(&feature, WeightFormat::Auto, &candle_core::Device::Cpu).unwrap();
+    let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(feature)).unwrap();
+    let req = GenerateRequest { prompt: PROMPT.into(), max_tokens: 8, ..req };
+    let req = GenerateRequest { coupling: Coupling::SameSeed, ..req };
+    let e = engine.generate(&req, &AtomicBool::new(false), &mut |_| {}).unwrap_err().to_string();
+    assert!(e.contains("feature draft") && e.contains("independent draft"), "{e}");
+}
