@@ -176,6 +176,9 @@ pub struct AdaptivePolicy {
     /// Running acceptance probability of a drafted token by the class of its draft probability
     /// q(x) (see [`Q_CLASS_BOUNDS`]).
     accept_by_q: [f64; N_Q_CLASSES],
+    /// Running probability that the target's token is a side offer (a runner-up of the draft's
+    /// race at a drafted position), by the class of the offer's draft probability.
+    side_by_q: [f64; N_Q_CLASSES],
 }
 
 impl Default for AdaptivePolicy {
@@ -192,6 +195,7 @@ impl Default for AdaptivePolicy {
             alpha_lookup: LOOKUP_PRIOR,
             lookups_declined: 0,
             accept_by_q: Q_CLASS_PRIOR,
+            side_by_q: side::SIDE_PRIOR,
         }
     }
 }
@@ -464,6 +468,9 @@ fn moved(mut alpha: f64, n_proposed: usize, n_accepted: usize) -> f64 {
     }
     alpha
 }
+
+mod side;
+pub use side::MAX_SIDE_OFFERS;
 
 #[cfg(test)]
 mod tests {

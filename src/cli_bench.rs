@@ -80,6 +80,8 @@ pub struct BenchConfig {
     pub coupling: Option<Coupling>,
     /// A tree of candidates per round (`tree=WxD`) instead of a chain.
     pub tree: Option<TreeShape>,
+    /// Verify the draft's runners-up beside the chain where they pay (`,side`).
+    pub side_offers: bool,
 }
 
 pub fn parse_config(s: &str) -> Result<BenchConfig> {
@@ -96,6 +98,7 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
         feature: false,
         coupling: None,
         tree: None,
+        side_offers: false,
     };
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) = part.split_once('=').unwrap_or((part, ""));
@@ -113,13 +116,14 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
                 c.budget = value.parse().with_context(|| format!("budget `{value}` in config `{s}` is not a number"))?;
             }
             "nobonus" => c.bonus = false,
+            "side" => c.side_offers = true,
             "nolookup" => c.lookup = false,
             "notail" => c.copy_tail = false,
             "noamx" => c.tiles = false,
             "feature" => c.feature = true,
             "sameseed" | "same-seed" => c.coupling = Some(Coupling::SameSeed),
             "maxaccept" | "max-acceptance" => c.coupling = Some(Coupling::MaxAcceptance),
-            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tree=WxD, tv=D, kl=D, nobonus, nolookup, notail, noamx, feature, sameseed, maxaccept"),
+            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tree=WxD, tv=D, kl=D, nobonus, side, nolookup, notail, noamx, feature, sameseed, maxaccept"),
         }
     }
     Ok(c)
@@ -258,6 +262,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         copy_tail: c.copy_tail,
         coupling: c.coupling.unwrap_or_default(),
         tree: c.tree,
+        side_offers: c.side_offers,
         ..base.clone()
     };
     eprint!("warm-up:");

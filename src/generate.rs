@@ -162,6 +162,10 @@ pub struct GenerateRequest {
     /// Draft a tree of candidates each round instead of a chain (same-seed coupling only).
     #[serde(default)]
     pub tree: Option<TreeShape>,
+    /// Under the same-seed coupling, with an independent draft: verify beside the drafted chain
+    /// the draft's runners-up where the policy expects them to pay (one-token branches).
+    #[serde(default)]
+    pub side_offers: bool,
 }
 
 impl Default for GenerateRequest {
@@ -184,6 +188,7 @@ impl Default for GenerateRequest {
             n_top: 0,
             costs: None,
             tree: None,
+            side_offers: false,
         }
     }
 }

@@ -182,6 +182,10 @@ struct GenerateArgs {
     /// instead of a chain (same-seed coupling; --draft-len is then unused).
     #[arg(long, value_name = "WxD")]
     tree: Option<mentor_lab::generate::TreeShape>,
+    /// Same-seed coupling, independent draft: also verify the draft's runners-up beside the
+    /// drafted chain where the policy expects them to pay (one-token branches of a tree).
+    #[arg(long)]
+    side_offers: bool,
     /// same-seed: a position's token depends only on the seed and its distribution, so at D = 0 the
     /// text equals target-only's; max-acceptance: the classic rule, more drafted tokens accepted.
     #[arg(long, default_value = "same-seed")]
@@ -371,6 +375,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
         n_top: args.top,
         costs: args.fixed_step_ms.map(|ms| mentor_lab::adaptive::FixedCosts::default_pair(ms / 1000.0)),
         tree: args.tree,
+        side_offers: args.side_offers,
     };
     req.validate()?;
     if req.prompt.trim().is_empty() {

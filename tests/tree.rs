@@ -203,3 +203,44 @@ fn trees_refuse_what_they_cannot_verify() {
     let e = engine.generate(&req, &AtomicBool::new(false), &mut |_| {}).unwrap_err().to_string();
     assert!(e.contains("feature draft") && e.contains("independent draft"), "{e}");
 }
+
+/// Side offers (the draft's runners-up verified beside its chain as one-token branches) leave the
+/// same-seed text as it was: the target-only text at D = 0 and, without bonus tokens, the chain's
+/// at D = 0.5; and with rows cheap enough they are verified, and some rounds settle a side offer
+/// and the bonus after it.
+#[test]
+fn side_offers_keep_the_text_and_settle_more_per_round() {
+    use mentor_lab::adaptive::FixedCosts;
+    use mentor_lab::GenEvent;
+    let mut engine = the_pair();
+    let cheap_rows = FixedCosts { draft_token_s: 0.001, verify_base_s: 0.0095, verify_row_s: 0.0005 };
+    let base = GenerateRequest {
+        prompt: PROMPT.into(),
+        max_tokens: 64,
+        ignore_eos: true,
+        seed: 23,
+        mode: Mode::Speculative,
+        draft_len: DraftLen::Auto,
+        costs: Some(cheap_rows),
+        ..GenerateRequest::default()
+    };
+    let (want, _) = ids(&mut engine, &GenerateRequest { mode: Mode::Target, ..base.clone() });
+    let (chain, chain_stats) = ids(&mut engine, &base);
+    assert_eq!(chain, want);
+    let side = GenerateRequest { side_offers: true, ..base.clone() };
+    let mut side_rounds = 0;
+    let g = engine
+        .generate(&side, &AtomicBool::new(false), &mut |ev| {
+            if let GenEvent::Round(r) = ev {
+                side_rounds += usize::from(r.n_emitted == r.n_accepted + 2);
+            }
+        })
+        .unwrap();
+    assert_eq!(g.tokens.iter().map(|t| t.id).collect::<Vec<_>>(), want, "side offers changed the text at D = 0");
+    assert!(g.stats.n_drafted > chain_stats.n_drafted, "no side offer was verified");
+    assert!(side_rounds > 0, "no round settled a side offer");
+    let mentored = GenerateRequest { budget: 0.5, bonus: false, ..base };
+    let (chain, _) = ids(&mut engine, &mentored);
+    let (got, _) = ids(&mut engine, &GenerateRequest { side_offers: true, ..mentored });
+    assert_eq!(got, chain, "side offers changed the mentored text");
+}

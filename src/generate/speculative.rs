@@ -7,13 +7,15 @@ use super::{
     beside_log_z, check_vocab, draw, new_run, plain_token, prefill, prepare, top_entries, DraftLen, GenEvent,
     GenerateRequest, Generation, LoadedModel, Mode, RoundInfo, Run, TokenInfo, TokenSource,
 };
-use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN};
+use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN, MAX_SIDE_OFFERS};
 use crate::error::{EngineError, Result};
 use crate::gguf::FeatureDraftSpec;
 use crate::lookup::{point_mass, propose_matched};
 use crate::mentor::{mix, verify_same_seed, verify_token, Coupling};
 use crate::model::{LazyLogits, Transformer};
-use crate::sampling::{nll_given_log_z, probabilities, race_argmax, sample_index, uniform, Purpose, RaceNoise};
+use crate::sampling::{
+    nll_given_log_z, probabilities, race_argmax, race_top, sample_index, uniform, Purpose, RaceNoise,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -65,10 +67,10 @@ pub fn generate_speculative(
             break;
         }
         let (mut rows, mut verify_s) = rounds.verify(tmodel, &run, &proposal)?;
-        let n_accepted = rounds.accept(&mut run, tmodel, &proposal, &mut rows, &mut verify_s)?;
-        rounds.settle(&run, tmodel, dmodel, &rows, base, proposal.tokens.len() + 1)?;
+        let (n_accepted, side) = rounds.accept(&mut run, tmodel, &proposal, &mut rows, &mut verify_s)?;
+        rounds.settle(&run, tmodel, dmodel, &rows, (base, n_accepted, side), proposal.tokens.len() + 1)?;
         let round_s = t_round.elapsed().as_secs_f64() - draft_s;
-        rounds.record(&mut run, &proposal, base, n_accepted, (draft_s, verify_s, round_s));
+        rounds.record(&mut run, &proposal, base, (n_accepted, side.is_some()), (draft_s, verify_s, round_s));
     }
     Ok(run.finish(Mode::Speculative))
 }
@@ -213,6 +215,13 @@ struct Proposal {
     /// Tokens the draft's first forward caught up on, and that forward's time.
     caught_up: usize,
     catch_up_s: f64,
+    /// Per drafted token: the runners-up of the draft's race there (token, draft probability),
+    /// and the estimated probability that the walk reaches it.
+    offers: Vec<Vec<(u32, f32)>>,
+    reach: Vec<f64>,
+    /// The side offers verified beside the chain, as (position in `tokens`, token): one-token
+    /// branches of a tree whose trunk is the chain.
+    side: Vec<(usize, u32)>,
 }
 
 /// The state that lives across rounds.
@@ -265,6 +274,9 @@ impl Rounds<'_> {
             survival_sum: 0.0,
             caught_up: 0,
             catch_up_s: 0.0,
+            offers: Vec::new(),
+            reach: Vec::new(),
+            side: Vec::new(),
         };
         for &x in &copy {
             p.push(x, point_mass(x, self.n_vocab));
@@ -283,6 +295,12 @@ impl Rounds<'_> {
         for i in 0..k_cap {
             let q = probabilities(&logits, &p.text, &req.sampling, self.n_vocab);
             let x = self.draft_token(&q, base - run.n_prompt + i);
+            if self.side_offers() {
+                let at = (base - run.n_prompt + i) as u64;
+                let top = race_top(&q, self.noise.at(at), 1 + MAX_SIDE_OFFERS);
+                p.offers.push(top.iter().skip(1).map(|&t| (t as u32, q[t])).collect());
+                p.reach.push(p_prefix);
+            }
             p_prefix *= self.policy.accept_estimate(q[x as usize]);
             p.survival_sum += p_prefix;
             p.push(x, q);
@@ -301,7 +319,20 @@ impl Rounds<'_> {
             }
             logits = self.source.step(dmodel, x)?;
         }
+        let flat: Vec<(usize, u32, f64, f32)> = (p.offers.iter().zip(&p.reach).enumerate())
+            .flat_map(|(i, (o, &reach))| o.iter().map(move |&(t, q)| (i, t, reach, q)))
+            .collect();
+        let gains: Vec<(f64, f32)> = flat.iter().map(|&(_, _, reach, q)| (reach, q)).collect();
+        p.side = self.policy.side_offers(p.tokens.len(), &gains).into_iter().map(|j| (flat[j].0, flat[j].1)).collect();
         Ok(p)
+    }
+
+    /// Whether rounds verify side offers beside the drafted chain: asked for, under the
+    /// same-seed coupling (the tree walk's exact rule), with an independent draft.
+    fn side_offers(&self) -> bool {
+        self.req.side_offers
+            && self.req.coupling == Coupling::SameSeed
+            && matches!(self.source, DraftModel::Independent)
     }
 
     /// The draft model's token at output position `at` under the request's coupling.
@@ -347,7 +378,17 @@ impl Rounds<'_> {
         let t_verify = Instant::now();
         let mut feed = vec![run.context[run.context.len() - 1]];
         feed.extend_from_slice(&p.tokens);
-        let mut rows = tmodel.forward_lazy(&feed)?;
+        let mut rows = match p.side.is_empty() {
+            true => tmodel.forward_lazy(&feed)?,
+            false => {
+                // The chain is the tree's trunk (node i + 1 is tokens[i]); a side offer at
+                // position i hangs from node i.
+                let mut parents: Vec<Option<usize>> = (0..feed.len()).map(|j| j.checked_sub(1)).collect();
+                feed.extend(p.side.iter().map(|s| s.1));
+                parents.extend(p.side.iter().map(|s| Some(s.0)));
+                tmodel.forward_tree(&feed, &parents)?
+            }
+        };
         let likely = match p.n_model {
             0 if !p.tokens.is_empty() => super::likely_rows(self.policy.alpha_lookup(p.matched), p.tokens.len()),
             _ => ((1.0 + p.survival_sum).ceil() as usize).clamp(1, p.tokens.len() + 1),
@@ -359,7 +400,9 @@ impl Rounds<'_> {
     /// Accept: walk the proposed tokens in order; the first rejection ends the round. The budget
     /// is the draft model's to spend: copies are verified losslessly (π = p), so that a large
     /// budget follows the draft, not the context's repetitions. When every token is accepted (or
-    /// none was proposed) the target's own next token comes free. Returns the accepted count.
+    /// none was proposed) the target's own next token comes free; so it does after a side offer
+    /// that was the target's token. Returns the accepted count of the chain, and the side offer
+    /// taken (its index in `p.side`), if one was.
     fn accept(
         &mut self,
         run: &mut Run,
@@ -367,14 +410,15 @@ impl Rounds<'_> {
         p: &Proposal,
         rows: &mut LazyLogits,
         verify_s: &mut f64,
-    ) -> Result<usize> {
+    ) -> Result<(usize, Option<usize>)> {
         let req = self.req;
         let (base, round) = (run.context.len(), run.rounds.len());
         let mut n_accepted = 0;
+        let trunk = p.tokens.len() + 1;
         for (i, (&x, q)) in p.tokens.iter().zip(&p.q).enumerate() {
             let pos = (base - run.n_prompt + i) as u64;
             let copied = i >= p.n_model;
-            let logits = verify_row(tmodel, rows, i, verify_s)?;
+            let logits = verify_row(tmodel, rows, i, trunk, verify_s)?;
             let ((pt, mixed), log_z) = beside_log_z(logits, self.n_vocab, true, || {
                 let pt = probabilities(logits, &p.text[..base + i], &req.sampling, self.n_vocab);
                 let mixed = mix(req.rule, &pt, q, if copied { 0.0 } else { req.budget });
@@ -398,11 +442,18 @@ impl Rounds<'_> {
             run.tally.tv_sum += mixed.tv_pi_p;
             run.tally.n_tv += 1;
             let y = verdict.token as usize;
+            for &(t, q_t) in p.offers.get(i).map(Vec::as_slice).unwrap_or(&[]) {
+                self.policy.observe_side(q_t, t == verdict.token);
+            }
+            let side = match verdict.accepted {
+                true => None,
+                false => p.side.iter().position(|&(at, t)| at == i && t == verdict.token),
+            };
             let info = TokenInfo {
-                source: match (verdict.accepted, copied) {
-                    (true, false) => TokenSource::DraftAccepted,
-                    (true, true) => TokenSource::CopyAccepted,
-                    (false, _) => TokenSource::Resampled,
+                source: match (verdict.accepted, copied, side) {
+                    (true, false, _) | (false, _, Some(_)) => TokenSource::DraftAccepted,
+                    (true, true, _) => TokenSource::CopyAccepted,
+                    (false, _, None) => TokenSource::Resampled,
                 },
                 p_target: Some(pt[y]),
                 q_draft: Some(q[y]),
@@ -414,7 +465,7 @@ impl Rounds<'_> {
                 tv: Some(mixed.tv_pq),
                 theta: Some(mixed.theta),
                 round: Some(round),
-                drafted: Some(x),
+                drafted: Some(if side.is_some() { verdict.token } else { x }),
                 top: top_entries(
                     run.tok,
                     req.n_top,
@@ -429,61 +480,91 @@ impl Rounds<'_> {
             if !copied {
                 self.policy.observe_drafted(q[x as usize], verdict.accept_prob);
             }
+            if let Some(s) = side {
+                if !run.done() && req.bonus {
+                    self.bonus(run, tmodel, rows, (trunk + s, i + 1, base, round), verify_s)?;
+                }
+                return Ok((n_accepted, side));
+            }
             if !verdict.accepted {
-                return Ok(n_accepted);
+                return Ok((n_accepted, None));
             }
             n_accepted += 1;
             run.tally.accepted_at[i] += 1;
             if run.stopped {
-                return Ok(n_accepted);
+                return Ok((n_accepted, None));
             }
         }
         let k = p.tokens.len();
         if !run.done() && (k == 0 || req.bonus) {
-            let pos = (base - run.n_prompt + k) as u64;
-            let logits = verify_row(tmodel, rows, k, verify_s)?;
-            let (pt, log_z) = beside_log_z(logits, self.n_vocab, true, || {
-                probabilities(logits, &run.context, &req.sampling, self.n_vocab)
-            })?;
-            let x = draw(req, &mut self.noise, &pt, pos, Purpose::TargetSample);
-            let info = TokenInfo {
-                p_target: Some(pt[x as usize]),
-                round: Some(round),
-                top: top_entries(run.tok, req.n_top, Some(&pt[..]), None, None, &[x]),
-                ..plain_token(x, if k == 0 { TokenSource::Target } else { TokenSource::Bonus })
-            };
-            run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, x)))?;
+            self.bonus(run, tmodel, rows, (k, k, base, round), verify_s)?;
         }
-        Ok(n_accepted)
+        Ok((n_accepted, None))
+    }
+
+    /// The target's own token after the last accepted one, from verify row `row`, at offset `at`
+    /// from the round's start `base` (`k == 0` rounds: the round's only token).
+    fn bonus(
+        &mut self,
+        run: &mut Run,
+        tmodel: &Transformer,
+        rows: &mut LazyLogits,
+        (row, at, base, round): (usize, usize, usize, usize),
+        verify_s: &mut f64,
+    ) -> Result<()> {
+        let req = self.req;
+        let pos = (base - run.n_prompt + at) as u64;
+        let logits = verify_row(tmodel, rows, row, row + 1, verify_s)?;
+        let (pt, log_z) = beside_log_z(logits, self.n_vocab, true, || {
+            probabilities(logits, &run.context, &req.sampling, self.n_vocab)
+        })?;
+        let x = draw(req, &mut self.noise, &pt, pos, Purpose::TargetSample);
+        let info = TokenInfo {
+            p_target: Some(pt[x as usize]),
+            round: Some(round),
+            top: top_entries(run.tok, req.n_top, Some(&pt[..]), None, None, &[x]),
+            ..plain_token(x, if at == 0 { TokenSource::Target } else { TokenSource::Bonus })
+        };
+        run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, x)))
     }
 
     /// Roll back: both caches keep only positions whose tokens are in the context, minus the
-    /// last one, which the next round feeds.
+    /// last one, which the next round feeds. After a side offer was taken, the target keeps the
+    /// chain's accepted rows and that offer's row; the draft, which never ran the offer, only
+    /// the accepted chain.
     fn settle(
         &mut self,
         run: &Run,
         tmodel: &mut Transformer,
         dmodel: &mut Transformer,
         rows: &LazyLogits,
-        base: usize,
+        (base, n_accepted, side): (usize, usize, Option<usize>),
         n_fed: usize,
     ) -> Result<()> {
         let keep = run.context.len() - 1;
         self.noise.forget_before(run.n_emitted() as u64);
+        if let Some(s) = side {
+            let mut path: Vec<usize> = (0..=n_accepted).collect();
+            path.push(n_fed + s);
+            tmodel.keep_path(&path)?;
+        }
         tmodel.truncate(keep);
-        self.source.settle(tmodel, dmodel, rows, base, keep, n_fed)
+        self.source.settle(tmodel, dmodel, rows, base, keep.min(base + n_accepted), n_fed)
     }
 
     /// Record: the run's statistics, what the policy learns from the round, the round event.
     /// `times` are the round's draft, verify and whole-round (less drafting) seconds.
-    fn record(&mut self, run: &mut Run, p: &Proposal, base: usize, n_accepted: usize, times: (f64, f64, f64)) {
+    /// A side offer taken (`side_taken`) counts as an accepted drafted token; the policy's
+    /// acceptance estimates see the chain's alone, its verify costs every row.
+    fn record(&mut self, run: &mut Run, p: &Proposal, base: usize, accepted: (usize, bool), times: (f64, f64, f64)) {
+        let (n_accepted, side_taken) = accepted;
         let (draft_s, verify_s, round_s) = times;
         let k = p.tokens.len();
         let n_copied = k - p.n_model;
         let s = &mut run.stats;
         s.n_rounds += 1;
-        s.n_drafted += k;
-        s.n_accepted += n_accepted;
+        s.n_drafted += k + p.side.len();
+        s.n_accepted += n_accepted + usize::from(side_taken);
         s.n_copied += n_copied;
         s.n_copied_accepted += n_accepted.saturating_sub(p.n_model);
         s.draft_s += draft_s;
@@ -494,7 +575,7 @@ impl Rounds<'_> {
             self.policy.observe_lookup(p.matched, k, n_accepted, round_s);
         } else {
             let draft_token_s = crate::adaptive::draft_token_s(p.n_model, draft_s, p.caught_up, p.catch_up_s);
-            self.policy.observe(k, n_accepted, draft_token_s, round_s);
+            self.policy.observe(k + p.side.len(), n_accepted, draft_token_s, round_s);
             // The copies were verified only if every drafted token before them was accepted.
             if n_copied > 0 && n_accepted >= p.n_model {
                 self.policy.observe_copies(p.copy_matched, n_copied, n_accepted - p.n_model);
@@ -523,12 +604,21 @@ impl Proposal {
 }
 
 /// Row i of a round's verify logits, borrowed (a 49152-float copy per token cost more than the
-/// mentor math); computes the rest of the output head first if the walk got past the likely rows,
-/// adding that time to `verify_s`.
-fn verify_row<'a>(model: &Transformer, rows: &'a mut LazyLogits, i: usize, verify_s: &mut f64) -> Result<&'a [f32]> {
+/// mentor math); computes the rest of the chain's rows (`..trunk`) first if the walk got past the
+/// likely rows, or the one row of a side offer, adding that time to `verify_s`.
+fn verify_row<'a>(
+    model: &Transformer,
+    rows: &'a mut LazyLogits,
+    i: usize,
+    trunk: usize,
+    verify_s: &mut f64,
+) -> Result<&'a [f32]> {
     if rows.row(i).is_none() {
         let t = Instant::now();
-        model.lazy_rows(rows, rows.len())?;
+        match i < trunk {
+            true => model.lazy_rows(rows, trunk)?,
+            false => model.lazy_row(rows, i)?,
+        }
         *verify_s += t.elapsed().as_secs_f64();
     }
     rows.row(i).ok_or_else(|| EngineError::Internal(format!("verify row {i} missing")))
