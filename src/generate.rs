@@ -287,6 +287,10 @@ pub struct TokenInfo {
     /// The token the draft proposed at this position (accepted or not), if one was verified here.
     #[serde(default)]
     pub drafted: Option<u32>,
+    /// The other candidates the target verified at this position beside `drafted`: the draft's
+    /// runners-up (a tree's siblings of the drafted token).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offers: Vec<u32>,
     /// The most likely tokens at this position under p, q and π (the request's `n_top`), the
     /// emitted and drafted tokens always among them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -519,6 +523,7 @@ fn plain_token(id: u32, source: TokenSource) -> TokenInfo {
         round: None,
         nll: None,
         drafted: None,
+        offers: Vec::new(),
         top: Vec::new(),
     }
 }

@@ -84,6 +84,7 @@ fn token(id: u32, text: &str, source: TokenSource, round: usize) -> TokenInfo {
         round: spec.then_some(round),
         nll: Some(1.5 + id as f64),
         drafted: spec.then_some(id + 100),
+        offers: if spec { vec![id + 200] } else { Vec::new() },
         top: inspector_rows(id, text, spec),
     }
 }
@@ -684,7 +685,8 @@ fn plots_stay_readable_at_laptop_sizes() {
 }
 
 /// Clicking a token pins it: the inspector tab opens and shows that token's rows of p, q and π
-/// (the numbers of its event), what the draft proposed there, and its round.
+/// (the numbers of its event), what the draft proposed there (and the runners-up verified beside
+/// it), and its round.
 #[test]
 fn clicking_a_token_pins_the_inspector() {
     let (mut h, rig, run_id) = run_pressed();
@@ -703,6 +705,7 @@ fn clicking_a_token_pins_the_inspector() {
         assert!(!h.query_all_by_label(number).collect::<Vec<_>>().is_empty(), "no cell {number}");
     }
     h.get_by_label_contains("The draft proposed \"alt7\": rejected");
+    h.get_by_label_contains("Also verified here, the draft's runners-up: \"other7\".");
     h.get_by_label_contains("Round 0: 4 proposed");
     // A target-only token shows p alone.
     h.get_by_label(" glowed").click();

@@ -30,6 +30,8 @@ pub struct Settings {
     pub bonus: bool,
     /// With the adaptive draft length: also copy from the context ([`crate::lookup`]).
     pub lookup: bool,
+    /// Same-seed coupling: verify the draft's runners-up beside its chain where they pay.
+    pub side_offers: bool,
     pub models: ModelChoice,
     pub mark_divergence: bool,
     /// Shade every token by the target's surprise at it (−log p at T = 1) instead of provenance.
@@ -64,6 +66,7 @@ impl Default for Settings {
             coupling: Coupling::default(),
             bonus: true,
             lookup: true,
+            side_offers: false,
             models: ModelChoice::default(),
             mark_divergence: true,
             shade_surprise: false,
@@ -171,6 +174,7 @@ impl Settings {
             draft_len: self.draft_len(),
             bonus: self.bonus,
             lookup: self.lookup,
+            side_offers: self.side_offers,
             ..self.target_request()
         }
     }
@@ -182,9 +186,10 @@ impl Settings {
             MentorRule::Kl => "KL",
         };
         let copy = if self.adaptive && !self.lookup { ", no copying" } else { "" };
-        let coupling = match self.coupling {
-            Coupling::SameSeed => "",
-            Coupling::MaxAcceptance => ", max-acceptance",
+        let coupling = match (self.coupling, self.side_offers) {
+            (Coupling::SameSeed, false) => "",
+            (Coupling::SameSeed, true) => ", runners-up",
+            (Coupling::MaxAcceptance, _) => ", max-acceptance",
         };
         format!(
             "{rule}={:.2}, k={}{}{copy}{coupling}",

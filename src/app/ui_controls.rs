@@ -69,6 +69,17 @@ pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         .response
         .on_hover_text("Where the last tokens occurred before, propose what followed them (no draft forward); the policy uses it only where its measured acceptance pays. Copied tokens are highlighted apart.");
     ui.checkbox(&mut s.bonus, "bonus token after a fully accepted round");
+    ui.add_enabled_ui(s.coupling == Coupling::SameSeed, |ui| {
+        ui.checkbox(&mut s.side_offers, "same seed: also verify the draft's runners-up")
+    })
+    .response
+    .on_hover_text(
+        "A small tree: beside the drafted chain, the target also checks the draft's second and third \
+         choices where the policy expects that to pay (one more row of the verify forward each). When the \
+         target's token is one of them, the round keeps it and the target's next token instead of ending. \
+         The text stays exactly what it would be without them. The inspector lists each position's checked \
+         candidates.",
+    );
 
     ui.separator();
     ui.heading("Sampling");

@@ -52,9 +52,18 @@ fn facts_ui(ui: &mut egui::Ui, pane: Pane, view: &PaneView, t: &TokenInfo) {
     num("acceptance probability min(1, π/q):", t.accept_prob);
     num("surprise -log p(x) at T = 1:", t.nll);
     if let Some(x) = t.drafted {
-        let text = t.top.iter().find(|e| e.id == x).map(|e| shown(&e.text)).unwrap_or_else(|| format!("id {x}"));
-        let verdict = if x == t.id { "accepted" } else { "rejected; the verifier emitted this token instead" };
-        ui.label(format!("The draft proposed {text}: {verdict}."));
+        let name =
+            |x: u32| t.top.iter().find(|e| e.id == x).map(|e| shown(&e.text)).unwrap_or_else(|| format!("id {x}"));
+        let verdict = match (x == t.id, t.offers.contains(&t.id)) {
+            (true, _) => "accepted",
+            (false, true) => "not the target's token, but a runner-up verified beside it was: accepted",
+            (false, false) => "rejected; the verifier emitted this token instead",
+        };
+        ui.label(format!("The draft proposed {}: {verdict}.", name(x)));
+        if !t.offers.is_empty() {
+            let names: Vec<String> = t.offers.iter().map(|&o| name(o)).collect();
+            ui.label(format!("Also verified here, the draft's runners-up: {}.", names.join(", ")));
+        }
         if t.accept_prob.is_none() {
             ui.weak(
                 "Same-seed coupling: accepted exactly when the draw from π with this position's noise is the proposal.",

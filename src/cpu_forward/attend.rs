@@ -78,6 +78,18 @@ impl<'a> KvRows<'a> {
         self.na + self.b.len() / self.hd.max(1)
     }
 
+    /// The start of row `j` without bounds checks, for the SIMD loops.
+    ///
+    /// # Safety
+    /// `j < self.n()`.
+    #[inline(always)]
+    unsafe fn ptr(&self, j: usize) -> *const f32 {
+        match j < self.na {
+            true => self.a.as_ptr().add(j * self.hd),
+            false => self.b.as_ptr().add((j - self.na) * self.hd),
+        }
+    }
+
     #[inline(always)]
     fn row(&self, j: usize) -> &'a [f32] {
         match j < self.na {
@@ -210,7 +222,7 @@ unsafe fn heads_attend_avx2<const R: usize>(
     let (qp, sp) = (qs.as_ptr(), scores.as_mut_ptr());
     let mut j = 0;
     while j + 4 <= n {
-        let k = [0, 1, 2, 3].map(|t| keys.row(j + t).as_ptr());
+        let k = [0, 1, 2, 3].map(|t| keys.ptr(j + t));
         let mut a = [[_mm256_setzero_ps(); 4]; R];
         for v in 0..nv {
             let kv = [0, 1, 2, 3].map(|t| _mm256_loadu_ps(k[t].add(8 * v)));
@@ -229,7 +241,7 @@ unsafe fn heads_attend_avx2<const R: usize>(
         j += 4;
     }
     for jj in j..n {
-        let k = keys.row(jj).as_ptr();
+        let k = keys.ptr(jj);
         for h in 0..R {
             let mut acc = _mm256_setzero_ps();
             for v in 0..nv {
@@ -249,7 +261,7 @@ unsafe fn heads_attend_avx2<const R: usize>(
         let width = (nv - c0).min(4);
         let mut acc = [[_mm256_setzero_ps(); 4]; R];
         for jj in 0..n {
-            let v = values.row(jj).as_ptr().add(8 * c0);
+            let v = values.ptr(jj).add(8 * c0);
             let vv = [0, 1, 2, 3].map(|t| if t < width { _mm256_loadu_ps(v.add(8 * t)) } else { _mm256_setzero_ps() });
             for (h, acc) in acc.iter_mut().enumerate() {
                 let w = _mm256_set1_ps(*sp.add(h * n + jj));
@@ -304,7 +316,7 @@ unsafe fn head_attend_avx2(q: &[f32], keys: KvRows, values: KvRows, scores: &mut
     let qp = q.as_ptr();
     let mut j = 0;
     while j + 4 <= n {
-        let k = [0, 1, 2, 3].map(|t| keys.row(j + t).as_ptr());
+        let k = [0, 1, 2, 3].map(|t| keys.ptr(j + t));
         let mut a = [_mm256_setzero_ps(); 4];
         for v in 0..nv {
             let qv = _mm256_loadu_ps(qp.add(8 * v));
@@ -319,7 +331,7 @@ unsafe fn head_attend_avx2(q: &[f32], keys: KvRows, values: KvRows, scores: &mut
         j += 4;
     }
     for (jj, s) in scores.iter_mut().enumerate().skip(j) {
-        let k = keys.row(jj).as_ptr();
+        let k = keys.ptr(jj);
         let mut acc = _mm256_setzero_ps();
         for v in 0..nv {
             acc = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(8 * v)), _mm256_loadu_ps(k.add(8 * v)), acc);
@@ -334,7 +346,7 @@ unsafe fn head_attend_avx2(q: &[f32], keys: KvRows, values: KvRows, scores: &mut
         let mut acc = [_mm256_setzero_ps(); 8];
         for (jj, &w) in scores.iter().enumerate() {
             let w = _mm256_set1_ps(w);
-            let v = values.row(jj).as_ptr().add(8 * c0);
+            let v = values.ptr(jj).add(8 * c0);
             for (t, a) in acc.iter_mut().enumerate().take(width) {
                 *a = _mm256_fmadd_ps(w, _mm256_loadu_ps(v.add(8 * t)), *a);
             }

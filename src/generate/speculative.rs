@@ -449,6 +449,8 @@ impl Rounds<'_> {
                 true => None,
                 false => p.side.iter().position(|&(at, t)| at == i && t == verdict.token),
             };
+            let offers: Vec<u32> = p.side.iter().filter(|s| s.0 == i).map(|s| s.1).collect();
+            let must: Vec<u32> = [verdict.token, x].into_iter().chain(offers.iter().copied()).collect();
             let info = TokenInfo {
                 source: match (verdict.accepted, copied, side) {
                     (true, false, _) | (false, _, Some(_)) => TokenSource::DraftAccepted,
@@ -465,15 +467,9 @@ impl Rounds<'_> {
                 tv: Some(mixed.tv_pq),
                 theta: Some(mixed.theta),
                 round: Some(round),
-                drafted: Some(if side.is_some() { verdict.token } else { x }),
-                top: top_entries(
-                    run.tok,
-                    req.n_top,
-                    Some(&pt[..]),
-                    Some(&q[..]),
-                    Some(&mixed.pi_mixed[..]),
-                    &[verdict.token, x],
-                ),
+                drafted: Some(x),
+                top: top_entries(run.tok, req.n_top, Some(&pt[..]), Some(&q[..]), Some(&mixed.pi_mixed[..]), &must),
+                offers,
                 ..plain_token(verdict.token, TokenSource::Target)
             };
             run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, verdict.token)))?;

@@ -230,6 +230,8 @@ impl Rounds<'_> {
             let y = race_argmax(&mixed.pi_mixed, self.noise.at(pos)) as u32;
             let next = tree.children[node].iter().copied().find(|&c| tree.tokens[c] == y);
             let first_choice = tree.tokens[tree.children[node][0]];
+            let offers: Vec<u32> = tree.children[node][1..].iter().map(|&c| tree.tokens[c]).collect();
+            let must: Vec<u32> = [y, first_choice].into_iter().chain(offers.iter().copied()).collect();
             if run.tally.proposed_at.len() <= d {
                 run.tally.proposed_at.push(0);
                 run.tally.accepted_at.push(0);
@@ -245,8 +247,9 @@ impl Rounds<'_> {
                 tv: Some(mixed.tv_pq),
                 theta: Some(mixed.theta),
                 round: Some(round),
-                drafted: Some(next.map_or(first_choice, |c| tree.tokens[c])),
-                top: top_entries(run.tok, req.n_top, Some(&pt[..]), Some(&q[..]), Some(&mixed.pi_mixed[..]), &[y]),
+                drafted: Some(first_choice),
+                top: top_entries(run.tok, req.n_top, Some(&pt[..]), Some(&q[..]), Some(&mixed.pi_mixed[..]), &must),
+                offers,
                 ..plain_token(y, TokenSource::Target)
             };
             run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, y)))?;
