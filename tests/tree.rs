@@ -205,42 +205,48 @@ fn trees_refuse_what_they_cannot_verify() {
 }
 
 /// Side offers (the draft's runners-up verified beside its chain as one-token branches) leave the
-/// same-seed text as it was: the target-only text at D = 0 and, without bonus tokens, the chain's
-/// at D = 0.5; and with rows cheap enough they are verified, and some rounds settle a side offer
-/// and the bonus after it.
+/// same-seed text as it was, with either shipped draft: the target-only text at D = 0 and, without
+/// bonus tokens, the chain's at D = 0.5; and with rows cheap enough they are verified, and some
+/// rounds settle a side offer and the bonus after it (the feature draft then takes the features of
+/// that offer's row).
 #[test]
 fn side_offers_keep_the_text_and_settle_more_per_round() {
     use mentor_lab::adaptive::FixedCosts;
     use mentor_lab::GenEvent;
-    let mut engine = the_pair();
-    let cheap_rows = FixedCosts { draft_token_s: 0.001, verify_base_s: 0.0095, verify_row_s: 0.0005 };
-    let base = GenerateRequest {
-        prompt: PROMPT.into(),
-        max_tokens: 64,
-        ignore_eos: true,
-        seed: 23,
-        mode: Mode::Speculative,
-        draft_len: DraftLen::Auto,
-        costs: Some(cheap_rows),
-        ..GenerateRequest::default()
-    };
-    let (want, _) = ids(&mut engine, &GenerateRequest { mode: Mode::Target, ..base.clone() });
-    let (chain, chain_stats) = ids(&mut engine, &base);
-    assert_eq!(chain, want);
-    let side = GenerateRequest { side_offers: true, ..base.clone() };
-    let mut side_rounds = 0;
-    let g = engine
-        .generate(&side, &AtomicBool::new(false), &mut |ev| {
-            if let GenEvent::Round(r) = ev {
-                side_rounds += usize::from(r.n_emitted == r.n_accepted + 2);
-            }
-        })
-        .unwrap();
-    assert_eq!(g.tokens.iter().map(|t| t.id).collect::<Vec<_>>(), want, "side offers changed the text at D = 0");
-    assert!(g.stats.n_drafted > chain_stats.n_drafted, "no side offer was verified");
-    assert!(side_rounds > 0, "no round settled a side offer");
-    let mentored = GenerateRequest { budget: 0.5, bonus: false, ..base };
-    let (chain, _) = ids(&mut engine, &mentored);
-    let (got, _) = ids(&mut engine, &GenerateRequest { side_offers: true, ..mentored });
-    assert_eq!(got, chain, "side offers changed the mentored text");
+    let feature = mentor_lab::models::feature_draft().expect("the feature draft must be in assets/models");
+    let feature = load_model(&feature, WeightFormat::Auto, &candle_core::Device::Cpu).unwrap();
+    let with_feature = Engine::new(load_target(WeightFormat::Auto), Some(feature)).unwrap();
+    for (name, mut engine) in [("independent", the_pair()), ("feature", with_feature)] {
+        let cheap_rows = FixedCosts { draft_token_s: 0.001, verify_base_s: 0.0095, verify_row_s: 0.0005 };
+        let base = GenerateRequest {
+            prompt: PROMPT.into(),
+            max_tokens: 64,
+            ignore_eos: true,
+            seed: 23,
+            mode: Mode::Speculative,
+            draft_len: DraftLen::Auto,
+            costs: Some(cheap_rows),
+            ..GenerateRequest::default()
+        };
+        let (want, _) = ids(&mut engine, &GenerateRequest { mode: Mode::Target, ..base.clone() });
+        let (chain, chain_stats) = ids(&mut engine, &base);
+        assert_eq!(chain, want, "{name}");
+        let side = GenerateRequest { side_offers: true, ..base.clone() };
+        let mut side_rounds = 0;
+        let g = engine
+            .generate(&side, &AtomicBool::new(false), &mut |ev| {
+                if let GenEvent::Round(r) = ev {
+                    side_rounds += usize::from(r.n_emitted == r.n_accepted + 2);
+                }
+            })
+            .unwrap();
+        let got: Vec<u32> = g.tokens.iter().map(|t| t.id).collect();
+        assert_eq!(got, want, "{name}: side offers changed the text at D = 0");
+        assert!(g.stats.n_drafted > chain_stats.n_drafted, "{name}: no side offer was verified");
+        assert!(side_rounds > 0, "{name}: no round settled a side offer");
+        let mentored = GenerateRequest { budget: 0.5, bonus: false, ..base };
+        let (chain, _) = ids(&mut engine, &mentored);
+        let (got, _) = ids(&mut engine, &GenerateRequest { side_offers: true, ..mentored });
+        assert_eq!(got, chain, "{name}: side offers changed the mentored text");
+    }
 }

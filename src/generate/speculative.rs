@@ -149,29 +149,35 @@ impl DraftModel {
 
     /// Roll the draft back after a round that started at `base` and settled the context up to
     /// `keep + 1` tokens. A feature draft takes the target's features of the settled positions
-    /// (its verify rows up to the last emitted token) and keeps only positions computed from true
-    /// features.
+    /// (its verify rows up to the last emitted token: the chain's, then `side_row`'s where a side
+    /// offer was taken) and keeps only positions computed from true features. An independent
+    /// draft keeps its rows of the `n_accepted` chain tokens (it never ran a side offer).
     fn settle(
         &mut self,
         tmodel: &Transformer,
         dmodel: &mut Transformer,
         rows: &LazyLogits,
-        base: usize,
-        keep: usize,
-        n_fed: usize,
+        (base, keep, n_accepted): (usize, usize, usize),
+        side_row: Option<usize>,
     ) -> Result<()> {
         match self {
-            DraftModel::Independent => dmodel.truncate(keep),
+            DraftModel::Independent => dmodel.truncate(keep.min(base + n_accepted)),
             DraftModel::Feature { feats, d_feat, .. } => {
+                let d = *d_feat;
                 let n = keep + 1 - base;
-                let h = rows
-                    .hidden()
-                    .get(..n * *d_feat)
-                    .ok_or_else(|| EngineError::Internal("feature draft: verify hidden states missing".into()))?;
-                let taps = tmodel.last_taps();
-                let taps = taps.get(..taps.len() / n_fed * n).unwrap_or(&[]);
-                feats.truncate((base - 1) * *d_feat);
-                feats.extend(dmodel.lift_features(h, taps)?);
+                // The side offer's row is a settled position only if a token followed it.
+                let side_row = side_row.filter(|_| n == n_accepted + 2);
+                let (hidden, taps) = (rows.hidden(), tmodel.last_taps());
+                let per_row = taps.len() / rows.len().max(1);
+                let missing = || EngineError::Internal("feature draft: verify hidden states missing".into());
+                let (mut h, mut t) = (Vec::with_capacity(n * d), Vec::with_capacity(n * per_row));
+                for r in 0..n {
+                    let r = if r + 1 == n { side_row.unwrap_or(r) } else { r };
+                    h.extend_from_slice(hidden.get(r * d..(r + 1) * d).ok_or_else(missing)?);
+                    t.extend_from_slice(taps.get(r * per_row..(r + 1) * per_row).unwrap_or(&[]));
+                }
+                feats.truncate((base - 1) * d);
+                feats.extend(dmodel.lift_features(&h, &t)?);
                 dmodel.truncate(base - 1);
             }
         }
@@ -328,11 +334,9 @@ impl Rounds<'_> {
     }
 
     /// Whether rounds verify side offers beside the drafted chain: asked for, under the
-    /// same-seed coupling (the tree walk's exact rule), with an independent draft.
+    /// same-seed coupling (the tree walk's exact rule).
     fn side_offers(&self) -> bool {
-        self.req.side_offers
-            && self.req.coupling == Coupling::SameSeed
-            && matches!(self.source, DraftModel::Independent)
+        self.req.side_offers && self.req.coupling == Coupling::SameSeed
     }
 
     /// The draft model's token at output position `at` under the request's coupling.
@@ -539,13 +543,14 @@ impl Rounds<'_> {
     ) -> Result<()> {
         let keep = run.context.len() - 1;
         self.noise.forget_before(run.n_emitted() as u64);
-        if let Some(s) = side {
+        let side_row = side.map(|s| n_fed + s);
+        if let Some(row) = side_row {
             let mut path: Vec<usize> = (0..=n_accepted).collect();
-            path.push(n_fed + s);
+            path.push(row);
             tmodel.keep_path(&path)?;
         }
         tmodel.truncate(keep);
-        self.source.settle(tmodel, dmodel, rows, base, keep.min(base + n_accepted), n_fed)
+        self.source.settle(tmodel, dmodel, rows, (base, keep, n_accepted), side_row)
     }
 
     /// Record: the run's statistics, what the policy learns from the round, the round event.
