@@ -40,6 +40,24 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
+/// The default target on both forward paths, each with the prompt's tokens but the last and the
+/// tree's tokens after them: the tensor-free CPU step (quantized weights as in the file), and the
+/// tensor path on F32 weights (with quantized ones its rows carry the activations' rounding,
+/// which differs with the batch).
+fn both_paths() -> Vec<(LoadedModel, bool, Vec<u32>, Vec<u32>)> {
+    [(WeightFormat::Auto, true), (WeightFormat::F32, false)]
+        .into_iter()
+        .map(|(format, native)| {
+            let m = load_target(format);
+            assert_eq!(m.model.native_step(), native);
+            let mut context = m.tokenizer.prompt_ids(PROMPT, false).unwrap();
+            let root = context.pop().unwrap();
+            let tokens = tree_tokens(&m, root);
+            (m, native, context, tokens)
+        })
+        .collect()
+}
+
 /// How far the tensor path's rows may differ on F32 weights (its matrix products sum in another
 /// order per batch).
 const TENSOR_TOLERANCE: f32 = 2e-3;
@@ -48,21 +66,14 @@ const TENSOR_TOLERANCE: f32 = 2e-3;
 /// node's path: bit for bit on the tensor-free CPU step, within rounding on the tensor path.
 #[test]
 fn tree_forward_equals_a_chain_forward_on_every_path() {
-    // The tensor path on F32 weights: with quantized ones its rows carry the activations'
-    // rounding, which differs with the batch.
-    for (format, native) in [(WeightFormat::Auto, true), (WeightFormat::F32, false)] {
-        let mut m = load_target(format);
-        assert_eq!(m.model.native_step(), native);
-        let prompt = m.tokenizer.prompt_ids(PROMPT, false).unwrap();
-        let (context, root) = (&prompt[..prompt.len() - 1], prompt[prompt.len() - 1]);
-        let tokens = tree_tokens(&m, root);
-        m.model.feed(context).unwrap();
+    for (mut m, native, context, tokens) in both_paths() {
+        m.model.feed(&context).unwrap();
         let mut rows = m.model.forward_tree(&tokens, &PARENTS).unwrap();
         m.model.lazy_rows(&mut rows, tokens.len()).unwrap();
         for node in 0..tokens.len() {
             let path: Vec<u32> = path_to(node).iter().map(|&n| tokens[n]).collect();
             m.model.clear().unwrap();
-            m.model.feed(context).unwrap();
+            m.model.feed(&context).unwrap();
             let chain = m.model.forward_rows(&path).unwrap().pop().unwrap();
             let tree = rows.row(node).unwrap();
             match native {
@@ -80,19 +91,12 @@ fn tree_forward_equals_a_chain_forward_on_every_path() {
 /// text, for every path (the root alone included) and on both paths of the forward.
 #[test]
 fn keeping_a_path_leaves_the_cache_a_chain_would() {
-    // The tensor path on F32 weights: with quantized ones its rows carry the activations'
-    // rounding, which differs with the batch.
-    for (format, native) in [(WeightFormat::Auto, true), (WeightFormat::F32, false)] {
-        let mut m = load_target(format);
-        assert_eq!(m.model.native_step(), native);
-        let prompt = m.tokenizer.prompt_ids(PROMPT, false).unwrap();
-        let (context, root) = (&prompt[..prompt.len() - 1], prompt[prompt.len() - 1]);
-        let tokens = tree_tokens(&m, root);
+    for (mut m, native, context, tokens) in both_paths() {
         let next = m.tokenizer.encode(" night").unwrap()[0];
         for node in [0, 2, 5, 7, 9] {
             let path = path_to(node);
             m.model.clear().unwrap();
-            m.model.feed(context).unwrap();
+            m.model.feed(&context).unwrap();
             m.model.forward_tree(&tokens, &PARENTS).unwrap();
             m.model.keep_path(&path).unwrap();
             assert_eq!(m.model.n_cached(), context.len() + path.len());

@@ -503,8 +503,8 @@ impl Rounds<'_> {
     }
 
     /// The target's own token after the last accepted one, from verify row `row`, at offset `at`
-    /// from the round's start `base` (`k == 0` rounds: the round's only token).
-    fn bonus(
+    /// from the round's start `base` (`at == 0`: the round's only token).
+    pub(super) fn bonus(
         &mut self,
         run: &mut Run,
         tmodel: &Transformer,
@@ -514,7 +514,8 @@ impl Rounds<'_> {
     ) -> Result<()> {
         let req = self.req;
         let pos = (base - run.n_prompt + at) as u64;
-        let logits = verify_row(tmodel, rows, row, row + 1, verify_s)?;
+        // Only this row: the chain's rows were computed on the walk; a tree's other nodes are not needed.
+        let logits = verify_row(tmodel, rows, row, 0, verify_s)?;
         let (pt, log_z) = beside_log_z(logits, self.n_vocab, true, || {
             probabilities(logits, &run.context, &req.sampling, self.n_vocab)
         })?;

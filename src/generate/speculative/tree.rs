@@ -8,11 +8,11 @@
 use super::{DraftModel, Rounds};
 use crate::error::{EngineError, Result};
 use crate::generate::{
-    beside_log_z, draw, plain_token, top_entries, GenEvent, RoundInfo, Run, TokenInfo, TokenSource, TreeShape,
+    beside_log_z, plain_token, top_entries, GenEvent, RoundInfo, Run, TokenInfo, TokenSource, TreeShape,
 };
 use crate::mentor::mix;
 use crate::model::{LazyLogits, Transformer};
-use crate::sampling::{nll_given_log_z, probabilities, race_argmax, race_top, Purpose};
+use crate::sampling::{nll_given_log_z, probabilities, race_argmax, race_top};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -208,17 +208,7 @@ impl Rounds<'_> {
                 rows.row(node).ok_or_else(|| EngineError::Internal(format!("tree: verify row {node} missing")))?;
             let Some(q) = tree.q[node].as_ref().filter(|_| !tree.children[node].is_empty()) else {
                 if node == 0 || req.bonus {
-                    let (pt, log_z) = beside_log_z(logits, self.n_vocab, true, || {
-                        probabilities(logits, &run.context, &req.sampling, self.n_vocab)
-                    })?;
-                    let x = draw(req, &mut self.noise, &pt, pos, Purpose::TargetSample);
-                    let info = TokenInfo {
-                        p_target: Some(pt[x as usize]),
-                        round: Some(round),
-                        top: top_entries(run.tok, req.n_top, Some(&pt[..]), None, None, &[x]),
-                        ..plain_token(x, if node == 0 { TokenSource::Target } else { TokenSource::Bonus })
-                    };
-                    run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, x)))?;
+                    self.bonus(run, tmodel, rows, (node, d, base, round), verify_s)?;
                 }
                 break;
             };
