@@ -223,6 +223,19 @@ struct Tally {
     accepted_at: Vec<usize>,
 }
 
+impl Tally {
+    /// Count a verified position at depth `i` of its round and its TV(π, p).
+    fn verified(&mut self, i: usize, tv_pi_p: f64) {
+        if self.proposed_at.len() <= i {
+            self.proposed_at.resize(i + 1, 0);
+            self.accepted_at.resize(i + 1, 0);
+        }
+        self.proposed_at[i] += 1;
+        self.tv_sum += tv_pi_p;
+        self.n_tv += 1;
+    }
+}
+
 /// One generation in progress: the shared bookkeeping of all modes.
 struct Run<'a> {
     req: &'a GenerateRequest,

@@ -438,13 +438,7 @@ impl Rounds<'_> {
                     uniform(req.seed, pos, Purpose::Residual),
                 ),
             };
-            if run.tally.proposed_at.len() <= i {
-                run.tally.proposed_at.push(0);
-                run.tally.accepted_at.push(0);
-            }
-            run.tally.proposed_at[i] += 1;
-            run.tally.tv_sum += mixed.tv_pi_p;
-            run.tally.n_tv += 1;
+            run.tally.verified(i, mixed.tv_pi_p);
             let y = verdict.token as usize;
             for &(t, q_t) in p.offers.get(i).map(Vec::as_slice).unwrap_or(&[]) {
                 self.policy.observe_side(q_t, t == verdict.token);

@@ -222,13 +222,7 @@ impl Rounds<'_> {
             let first_choice = tree.tokens[tree.children[node][0]];
             let offers: Vec<u32> = tree.children[node][1..].iter().map(|&c| tree.tokens[c]).collect();
             let must: Vec<u32> = [y, first_choice].into_iter().chain(offers.iter().copied()).collect();
-            if run.tally.proposed_at.len() <= d {
-                run.tally.proposed_at.push(0);
-                run.tally.accepted_at.push(0);
-            }
-            run.tally.proposed_at[d] += 1;
-            run.tally.tv_sum += mixed.tv_pi_p;
-            run.tally.n_tv += 1;
+            run.tally.verified(d, mixed.tv_pi_p);
             let info = TokenInfo {
                 source: if next.is_some() { TokenSource::DraftAccepted } else { TokenSource::Resampled },
                 p_target: Some(pt[y as usize]),
