@@ -3,11 +3,7 @@
 //! position is not the chain's but a side offer, the round settles it and the target's bonus
 //! token after it, instead of ending there.
 
-use super::{q_class, AdaptivePolicy, MAX_DRAFT_LEN, N_Q_CLASSES, Q_CLASS_STEP};
-
-/// The prior probability that the target's token is a side offer, per class of the offer's draft
-/// probability: a runner-up is rarely the target's choice unless the draft was torn.
-pub(super) const SIDE_PRIOR: [f64; N_Q_CLASSES] = [0.05, 0.2, 0.3, 0.35, 0.4, 0.4, 0.4];
+use super::{AdaptivePolicy, MAX_DRAFT_LEN};
 
 /// Runners-up considered per drafted position.
 pub const MAX_SIDE_OFFERS: usize = 3;
@@ -16,14 +12,13 @@ impl AdaptivePolicy {
     /// Estimated probability that the target's token is a side offer the draft gave probability
     /// `q_x`.
     pub fn side_estimate(&self, q_x: f32) -> f64 {
-        self.side_by_q[q_class(q_x)]
+        self.accept.side(q_x)
     }
 
     /// Record whether the target's token at a verified position was a side offer of draft
     /// probability `q_x` (every runner-up seen, verified or not, so the estimate is unselected).
     pub fn observe_side(&mut self, q_x: f32, hit: bool) {
-        let a = &mut self.side_by_q[q_class(q_x)];
-        *a += Q_CLASS_STEP * (f64::from(u8::from(hit)) - *a);
+        self.accept.observe_side(q_x, hit);
     }
 
     /// Which side offers to verify beside a chain of `k` proposed tokens. `offers[i]` is the
@@ -43,7 +38,7 @@ impl AdaptivePolicy {
             if rows >= MAX_DRAFT_LEN {
                 break;
             }
-            match self.row_cost(rows) {
+            match self.costs.row(rows) {
                 Some(row) if gain >= best * row => taken.push(i),
                 _ => break,
             }
@@ -55,6 +50,7 @@ impl AdaptivePolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adaptive::acceptance::SIDE_PRIOR;
     use crate::adaptive::FixedCosts;
 
     fn policy(step_s: f64, row_s: f64) -> AdaptivePolicy {

@@ -1,5 +1,8 @@
 //! The adaptive policy's decisions on given costs and acceptance.
 
+use super::acceptance::{q_class, LOOKUP_PRIOR, Q_CLASS_PRIOR};
+use super::costs::{Recent, RECENT};
+use super::schedule::{LOOKUP_PROBE_EVERY, RETIME_EVERY};
 use super::*;
 
 /// A policy that has seen target steps of 10 ms, verifies of n tokens costing `verify(n)`,
@@ -7,11 +10,11 @@ use super::*;
 fn trained(alpha: f64, t_draft: f64, verify: impl Fn(usize) -> f64) -> AdaptivePolicy {
     let mut p = AdaptivePolicy::default();
     for n in 1..=MAX_DRAFT_LEN + 1 {
-        p.t_verify[n].push(verify(n));
+        p.costs.t_verify[n].push(verify(n));
     }
-    p.t_draft.push(t_draft);
-    p.alpha = alpha;
-    p.n_observed = 1;
+    p.costs.t_draft.push(t_draft);
+    p.accept.alpha = alpha;
+    p.costs.n_observed = 1;
     p
 }
 
@@ -34,9 +37,9 @@ fn steps_alone_near_break_even_and_probes_now_and_then() {
     assert_eq!(probes, vec![7, 8 + 15, 8 + 16 + 31, 8 + 16 + 32 + 63, 8 + 16 + 32 + 64 + 63], "{choices:?}");
     assert!(choices.iter().all(|&k| k == 0 || k == PROBE_LEN), "{choices:?}");
     // A round that makes drafting pay resets the wait.
-    p.alpha = 0.95;
+    p.accept.alpha = 0.95;
     assert!(p.next_len(MAX_DRAFT_LEN) > 0);
-    p.alpha = 0.5;
+    p.accept.alpha = 0.5;
     let again: Vec<usize> = (0..8).map(|_| p.next_len(MAX_DRAFT_LEN)).collect();
     assert_eq!(again[7], PROBE_LEN, "{again:?}");
 }
@@ -47,22 +50,22 @@ fn observations_move_the_estimates() {
     assert_eq!(p.next_len(8), PROBE_LEN, "explores before anything is timed");
     // The first round's (cold) timings are left out, its acceptance is not.
     p.observe(2, 0, Some(0.005), 0.025);
-    assert!(p.alpha() < 0.7 && p.verify_cost(3).is_none() && p.t_draft.median().is_none());
+    assert!(p.alpha() < 0.7 && p.costs.verify(3).is_none() && p.costs.t_draft.median().is_none());
     assert_eq!(p.next_len(8), PROBE_LEN, "still explores");
-    p.alpha = 0.7;
+    p.accept.alpha = 0.7;
     p.observe(2, 2, Some(0.001), 0.013);
     p.observe(0, 0, None, 0.010);
     assert!(p.alpha() > 0.7, "two of two accepted raise α");
     p.observe(4, 0, Some(0.001), 0.02);
     assert!(p.alpha() < 0.75, "a rejection at the first token lowers it");
-    assert_eq!(p.verify_cost(5), Some(0.02));
-    assert!((p.verify_cost(4).unwrap() - (0.013 + (0.02 - 0.013) / 2.0)).abs() < 1e-12, "interpolated");
+    assert_eq!(p.costs.verify(5), Some(0.02));
+    assert!((p.costs.verify(4).unwrap() - (0.013 + (0.02 - 0.013) / 2.0)).abs() < 1e-12, "interpolated");
     // Beyond the largest size: the slope between the two largest (1 → 3 → 5 → 7 tokens).
-    assert!((p.verify_cost(7).unwrap() - (0.02 + (0.02 - 0.013) / 2.0 * 2.0)).abs() < 1e-12, "extrapolated");
+    assert!((p.costs.verify(7).unwrap() - (0.02 + (0.02 - 0.013) / 2.0 * 2.0)).abs() < 1e-12, "extrapolated");
     let mut q = AdaptivePolicy::default();
     q.observe(1, 1, Some(0.001), 0.012);
     q.observe(1, 1, Some(0.001), 0.012);
-    assert!((q.verify_cost(4).unwrap() - 0.024).abs() < 1e-12, "one size: proportional");
+    assert!((q.costs.verify(4).unwrap() - 0.024).abs() < 1e-12, "one size: proportional");
 }
 
 #[test]
@@ -89,7 +92,7 @@ fn choices(alpha: f64, verify: impl Fn(usize) -> f64, rounds: usize) -> Vec<usiz
         .map(|_| {
             let k = p.next_len(MAX_DRAFT_LEN);
             p.observe(k, k / 2, draft_token_s(k, 0.0005 * k as f64, 1, 0.0005), verify(k + 1));
-            p.alpha = alpha;
+            p.accept.alpha = alpha;
             k
         })
         .collect()
@@ -139,7 +142,7 @@ fn catching_up_after_target_steps_is_not_a_drafting_cost() {
     let mut p = trained(0.55, 0.0009, verify);
     assert!(p.next_len(MAX_DRAFT_LEN) > 0);
     for _ in 0..RECENT {
-        p.t_draft.push(0.0051 / 2.0); // the probe's whole draft time over its 2 tokens
+        p.costs.t_draft.push(0.0051 / 2.0); // the probe's whole draft time over its 2 tokens
     }
     assert_eq!(p.next_len(MAX_DRAFT_LEN), 0, "the catch-up, counted as drafting, stops it");
 }
@@ -149,10 +152,10 @@ fn drafts_longer_when_extra_rows_are_cheap_and_acceptance_high() {
     // As measured on `code`: steps of 7.1 ms, 3-token verifies of 8.8 ms, drafts of 0.8 ms,
     // 83% acceptance, and nothing larger tried yet.
     let mut p = AdaptivePolicy::default();
-    p.t_verify[1].push(0.0071);
-    p.t_verify[3].push(0.0088);
-    p.t_draft.push(0.0008);
-    p.alpha = 0.83;
+    p.costs.t_verify[1].push(0.0071);
+    p.costs.t_verify[3].push(0.0088);
+    p.costs.t_draft.push(0.0008);
+    p.accept.alpha = 0.83;
     assert!(p.next_len(MAX_DRAFT_LEN) > 2, "tries beyond the sizes it has seen");
 }
 
@@ -211,12 +214,12 @@ fn a_copy_is_made_to_measure_before_costs_are_known() {
 #[test]
 fn copy_rounds_do_not_touch_the_draft_models_estimates() {
     let mut p = code_costs(0.45);
-    let before = (p.alpha(), p.t_draft.median());
+    let before = (p.alpha(), p.costs.t_draft.median());
     p.observe_lookup(4, 5, 5, 0.02);
-    assert_eq!((p.alpha(), p.t_draft.median()), before);
+    assert_eq!((p.alpha(), p.costs.t_draft.median()), before);
     assert!(p.alpha_lookup(4) > LOOKUP_PRIOR[crate::lookup::match_class(4)]);
     // Their verify time is a verify time like any other.
-    assert_eq!(p.t_verify[6].len, 2);
+    assert_eq!(p.costs.t_verify[6].len, 2);
 }
 
 #[test]
@@ -237,10 +240,10 @@ fn a_round_drafts_on_while_the_drafted_prefix_is_likely_to_survive() {
     // A noisy median that makes one size look as cheap as the one below does not make the
     // next row free: it costs the average row.
     let mut noisy = code_costs(0.55);
-    let three = noisy.verify_cost(3).unwrap_or(0.0);
-    noisy.t_verify[4] = Recent::default();
-    noisy.t_verify[4].push(three);
-    let avg = (noisy.verify_cost(4).unwrap_or(0.0) - noisy.verify_cost(1).unwrap_or(0.0)) / 3.0;
+    let three = noisy.costs.verify(3).unwrap_or(0.0);
+    noisy.costs.t_verify[4] = Recent::default();
+    noisy.costs.t_verify[4].push(three);
+    let avg = (noisy.costs.verify(4).unwrap_or(0.0) - noisy.costs.verify(1).unwrap_or(0.0)) / 3.0;
     assert!((avg - 0.0032 / 3.0).abs() < 1e-12);
     // After 2 tokens the 4th row looks free: 0.29 without the floor, 0.49 with it.
     assert!(noisy.depth_thresholds()[2] > 0.4, "{}", noisy.depth_thresholds()[2]);
@@ -269,7 +272,7 @@ fn a_drafted_round_goes_on_by_copying_while_that_pays() {
     assert!(p.alpha_lookup(3) < 0.05);
     assert_eq!(p.copy_tail_len(0.9, 1, 3, 16), 0);
     // Only the copies' estimate moved.
-    assert_eq!((p.alpha(), p.t_draft.median()), (0.55, Some(0.0015)));
+    assert_eq!((p.alpha(), p.costs.t_draft.median()), (0.55, Some(0.0015)));
     assert_eq!(p.alpha_lookup(12), LOOKUP_PRIOR[3]);
     // Before the costs are known nothing is appended.
     assert_eq!(AdaptivePolicy::default().copy_tail_len(0.9, 1, 12, 16), 0);

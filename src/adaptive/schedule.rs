@@ -1,0 +1,81 @@
+//! The scheduler: when the estimates say "take target steps", when to draft anyway so that they
+//! stay current (probes), and when to time a target step again during a drafting streak.
+
+use super::PROBE_LEN;
+
+/// After this many consecutive target-only steps, probe with a drafting round; each probe that
+/// leaves target-only steps the better choice doubles the wait, up to `MAX_PROBE_EVERY`. A probe
+/// costs the draft's catching up on the skipped tokens plus a verify (measured when probes were 2
+/// tokens: ~16 ms for ~1.5 tokens on the default pair at α ≈ 0.4, against ~7 ms per target step;
+/// one every 8 steps cost ~7%). Its length is the depth rule's, as in any drafting round.
+const PROBE_EVERY: usize = 8;
+const MAX_PROBE_EVERY: usize = 64;
+/// While drafting wins, a target-only step is timed again after this many rounds if drafting's
+/// expected gain is below `RETIME_GAIN`: its estimate would otherwise date from before the streak
+/// (a shorter context, another phase of a noisy machine). It costs at most (gain − 1) of a round
+/// once per `RETIME_EVERY` rounds, under 1%.
+pub(super) const RETIME_EVERY: usize = 24;
+const RETIME_GAIN: f64 = 1.25;
+/// A copy from the context ([`crate::lookup`]) is declined while its estimated rate loses; after
+/// this many declined copies in a row one token is copied anyway, so that its acceptance estimate
+/// follows the text (repetition often starts late in a run).
+pub(super) const LOOKUP_PROBE_EVERY: usize = 16;
+
+#[derive(Debug, Clone)]
+pub(super) struct Scheduler {
+    steps_since_probe: usize,
+    /// Rounds since the last target-only step.
+    rounds_since_step: usize,
+    /// Target-only steps between probes now.
+    probe_every: usize,
+    /// Copies declined since the last one made.
+    lookups_declined: usize,
+}
+
+impl Default for Scheduler {
+    fn default() -> Self {
+        Scheduler { steps_since_probe: 0, rounds_since_step: 0, probe_every: PROBE_EVERY, lookups_declined: 0 }
+    }
+}
+
+impl Scheduler {
+    /// The round's draft length given the estimates' best length `best` (0: a target step) and its
+    /// expected gain over a target step: a target step to retime, a probe, or `best` itself.
+    pub(super) fn draft_len(&mut self, best: usize, gain: f64, cap: usize) -> usize {
+        if best > 0 && gain < RETIME_GAIN && self.rounds_since_step >= RETIME_EVERY {
+            return 0;
+        }
+        if best == 0 {
+            self.steps_since_probe += 1;
+            if self.steps_since_probe >= self.probe_every {
+                self.steps_since_probe = 0;
+                self.probe_every = (2 * self.probe_every).min(MAX_PROBE_EVERY);
+                return PROBE_LEN.min(cap);
+            }
+        } else {
+            self.steps_since_probe = 0;
+            self.probe_every = PROBE_EVERY;
+        }
+        best
+    }
+
+    /// The copy's length given the length `k` its estimates chose (0: declined): after
+    /// `LOOKUP_PROBE_EVERY` declined copies in a row, one token is copied anyway.
+    pub(super) fn copy_len(&mut self, k: usize) -> usize {
+        if k > 0 {
+            self.lookups_declined = 0;
+            return k;
+        }
+        self.lookups_declined += 1;
+        if self.lookups_declined >= LOOKUP_PROBE_EVERY {
+            self.lookups_declined = 0;
+            return 1;
+        }
+        0
+    }
+
+    /// A round was made, drafting (or copying) `n_proposed` tokens.
+    pub(super) fn observe_round(&mut self, n_proposed: usize) {
+        self.rounds_since_step = if n_proposed == 0 { 0 } else { self.rounds_since_step + 1 };
+    }
+}
