@@ -40,15 +40,19 @@ fn matmul(c: &mut Criterion) {
     let ours_q8 = Q8Matrix::from_f32(&wv, 1536, 576).unwrap();
     let q4 = QTensor::quantize(&w, GgmlDType::Q4_1).unwrap();
     let ours_q4 = Q4Matrix::from_ggml_bytes(&q4.data().unwrap(), 1536, 576, true).unwrap();
+    let ours_q8_noamx = Q8Matrix::from_f32(&wv, 1536, 576).unwrap().without_tiles();
+    let ours_q4_noamx = Q4Matrix::from_ggml_bytes(&q4.data().unwrap(), 1536, 576, true).unwrap().without_tiles();
     for k in [1usize, 4, 9, 16] {
         let x = Tensor::randn(0f32, 1f32, (k, 576), &dev).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
         group.bench_with_input(BenchmarkId::new("ours_q8_0", k), &k, |b, &k| b.iter(|| ours_q8.matmul(&x, k)));
         group.bench_with_input(BenchmarkId::new("ours_q4_1", k), &k, |b, &k| b.iter(|| ours_q4.matmul(&x, k)));
         // The same without AMX tiles (where the CPU has them, the lines above use them from 2 rows).
-        mentor_lab::kernels::set_tiles_enabled(false);
-        group.bench_with_input(BenchmarkId::new("ours_q8_0_noamx", k), &k, |b, &k| b.iter(|| ours_q8.matmul(&x, k)));
-        group.bench_with_input(BenchmarkId::new("ours_q4_1_noamx", k), &k, |b, &k| b.iter(|| ours_q4.matmul(&x, k)));
-        mentor_lab::kernels::set_tiles_enabled(true);
+        group.bench_with_input(BenchmarkId::new("ours_q8_0_noamx", k), &k, |b, &k| {
+            b.iter(|| ours_q8_noamx.matmul(&x, k))
+        });
+        group.bench_with_input(BenchmarkId::new("ours_q4_1_noamx", k), &k, |b, &k| {
+            b.iter(|| ours_q4_noamx.matmul(&x, k))
+        });
     }
     group.finish();
 }

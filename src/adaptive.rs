@@ -73,7 +73,11 @@ impl Default for AdaptivePolicy {
 impl AdaptivePolicy {
     /// A policy that decides from `costs` instead of measured times (`None`: measure them).
     pub fn with_costs(costs: Option<FixedCosts>) -> Self {
-        AdaptivePolicy { costs: CostModel::new(costs), accept: AcceptanceModel::default(), schedule: Scheduler::default() }
+        AdaptivePolicy {
+            costs: CostModel::new(costs),
+            accept: AcceptanceModel::default(),
+            schedule: Scheduler::default(),
+        }
     }
 
     /// Expected tokens per second of drafting k (k = 0: target step).

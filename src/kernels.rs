@@ -45,19 +45,26 @@ mod amx {
 
 pub const BLOCK: usize = 32;
 
-/// Whether multi-row calls may take the AMX tiles where the matrices have them (a switch for
-/// comparing runs in one process: `bench`'s `noamx`).
-static TILES_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-pub fn set_tiles_enabled(on: bool) {
-    TILES_ON.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// A matrix's AMX tiles where a call of `n_rows` rows takes them (switched on, and enough rows).
+/// A matrix's AMX tiles where a call of `n_rows` rows takes them (enough rows).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn tiles_for(tiles: &Option<amx::AmxTiles>, n_rows: usize, n_in: usize) -> Option<&amx::AmxTiles> {
-    tiles.as_ref().filter(|t| n_rows >= t.min_rows(n_in) && TILES_ON.load(std::sync::atomic::Ordering::Relaxed))
+    tiles.as_ref().filter(|t| n_rows >= t.min_rows(n_in))
 }
+impl Q8Matrix {
+    /// The same matrix without its AMX tiles: multi-row calls then take the VNNI or AVX2 path
+    /// (for comparing the two in one process).
+    pub fn without_tiles(self) -> Self {
+        Q8Matrix { amx: None, ..self }
+    }
+}
+
+impl Q4Matrix {
+    /// The same matrix without its AMX tiles (see [`Q8Matrix::without_tiles`]).
+    pub fn without_tiles(self) -> Self {
+        Q4Matrix { amx: None, ..self }
+    }
+}
+
 /// Bytes of one GGML Q8_0 block: f16 scale + 32 × i8.
 const GGML_Q8_0_BYTES: usize = 34;
 /// Activation rows one kernel call handles together (accumulators in registers).

@@ -40,33 +40,3 @@ pub use mentor::{Coupling, MentorRule};
 pub use model::WeightFormat;
 pub use options::{EngineOptions, KernelPath};
 pub use sampling::SamplingParams;
-
-/// Set the number of CPU threads (rayon's pool, which runs our matmul kernels and candle's gemm).
-/// Must run before the first tensor operation.
-pub fn set_threads(n: usize) {
-    if n > 0 {
-        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-        if !options::peek().batched_kernels() {
-            std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
-        }
-    }
-    init_threads();
-}
-
-/// Call first thing in `main`. When our kernels run the matrix products on x86, candle's own
-/// spin-then-park pool only gets element-wise maps over a few hundred values, and its spinning
-/// worker competes with rayon's for the cores: one candle thread (the caller) is faster
-/// (decode 71 → 78 tok/s at 2 threads here). Variables set by the user win.
-pub fn init_threads() {
-    // candle asks for the thread count at every matrix product; unset, that reads the CPU list
-    // from /proc each time (~2% of a decode step here). Resolve it once.
-    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        std::env::set_var("RAYON_NUM_THREADS", candle_core::utils::get_num_threads().to_string());
-    }
-    if cfg!(target_arch = "x86_64")
-        && options::peek().batched_kernels()
-        && std::env::var_os("CANDLE_NUM_THREADS").is_none()
-    {
-        std::env::set_var("CANDLE_NUM_THREADS", "1");
-    }
-}

@@ -145,7 +145,7 @@ impl Team {
 }
 
 /// Run `task(0) … task(n_tasks − 1)`, spread over the calling thread and the helpers (as many
-/// threads in all as rayon is configured for, see [`crate::set_threads`]); returns when all are
+/// threads in all as rayon is configured for: `RAYON_NUM_THREADS`, which the command line sets); returns when all are
 /// done. Tasks may run in any order and concurrently. A panicking task panics here.
 pub fn run(n_tasks: usize, task: &(dyn Fn(usize) + Sync)) {
     let helpers = TEAM.start_helpers();

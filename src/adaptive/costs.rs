@@ -92,7 +92,12 @@ pub(super) struct CostModel {
 
 impl CostModel {
     pub(super) fn new(fixed: Option<FixedCosts>) -> Self {
-        CostModel { fixed, t_draft: Recent::default(), t_verify: vec![Recent::default(); MAX_DRAFT_LEN + 2], n_observed: 0 }
+        CostModel {
+            fixed,
+            t_draft: Recent::default(),
+            t_verify: vec![Recent::default(); MAX_DRAFT_LEN + 2],
+            n_observed: 0,
+        }
     }
 
     /// Record a round that verified `n_rows` rows in `verify_s` seconds and drafted at

@@ -3,7 +3,7 @@
 //! configuration, then R timed repeats of S seeds, each seed running every configuration in turn;
 //! a Markdown table of medians, and optionally every raw measurement as JSON.
 
-use crate::ModelArgs;
+use super::ModelArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use mentor_lab::presets::preset;
@@ -29,8 +29,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0.7)]
     temperature: f32,
     /// Configurations: target, draft, fixed=K,tv=D, auto,tv=D, fixed=K,kl=D (add ,nobonus; auto
-    /// also copies from the context unless ,nolookup, and after drafted tokens unless ,notail; ,noamx keeps Intel AMX tiles out of that
-    /// configuration's runs; ,feature drafts with the shipped feature draft instead of the loaded one).
+    /// also copies from the context unless ,nolookup, and after drafted tokens unless ,notail;
+    /// ,feature drafts with the shipped feature draft instead of the loaded one).
     /// Repeat the flag or separate with spaces.
     #[arg(long = "config", num_args = 1.., default_values_t = default_configs())]
     configs: Vec<String>,
@@ -71,8 +71,6 @@ pub struct BenchConfig {
     pub lookup: bool,
     /// With `lookup`: whether a round drafted by the model may end with a copy (off: `,notail`).
     pub copy_tail: bool,
-    /// Whether the kernels may use AMX tiles in this configuration's runs.
-    pub tiles: bool,
     /// Whether this configuration drafts with the shipped feature draft instead of the loaded
     /// draft (`,feature`: both compared in one process).
     pub feature: bool,
@@ -94,7 +92,6 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
         bonus: true,
         lookup: true,
         copy_tail: true,
-        tiles: true,
         feature: false,
         coupling: None,
         tree: None,
@@ -119,11 +116,11 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
             "side" => c.side_offers = true,
             "nolookup" => c.lookup = false,
             "notail" => c.copy_tail = false,
-            "noamx" => c.tiles = false,
+            "noamx" => bail!("`noamx` in config `{s}`: the kernels are chosen once per process; run bench again with --kernel noamx"),
             "feature" => c.feature = true,
             "sameseed" | "same-seed" => c.coupling = Some(Coupling::SameSeed),
             "maxaccept" | "max-acceptance" => c.coupling = Some(Coupling::MaxAcceptance),
-            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tree=WxD, tv=D, kl=D, nobonus, side, nolookup, notail, noamx, feature, sameseed, maxaccept"),
+            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tree=WxD, tv=D, kl=D, nobonus, side, nolookup, notail, feature, sameseed, maxaccept"),
         }
     }
     Ok(c)
@@ -212,25 +209,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let configs = with_couplings(configs, &args.coupling)?;
     let prompt = preset(&args.prompt).map(|p| p.prompt.to_string()).unwrap_or_else(|| args.prompt.clone());
     let need_draft = configs.iter().any(|c| c.mode != Mode::Target);
-    let mut engine = crate::load_engine(&args.models, need_draft)?;
-    // The other draft of a comparison, swapped in for the configurations that name it.
-    let mut other_draft = match configs.iter().any(|c| c.feature) {
-        true => {
-            let p = mentor_lab::models::feature_draft()
-                .context("`,feature` needs assets/models/smollm2-135m-feature-draft.Q8_0.gguf")?;
-            let d = mentor_lab::load_model(&p, args.models.weights, &mentor_lab::model::default_device())?;
-            mentor_lab::generate::check_vocab(&engine.target, &d)?;
-            Some(d)
-        }
-        false => None,
-    };
-    let mut feature_in = false;
-    let mut use_draft = |engine: &mut Engine, feature: bool| {
-        if feature != feature_in && other_draft.is_some() {
-            std::mem::swap(&mut engine.draft, &mut other_draft);
-            feature_in = feature;
-        }
-    };
+    let mut engine = super::load_engine(&args.models, need_draft)?;
+    let mut drafts = Drafts::load(&engine, &configs, &args)?;
     let base = GenerateRequest {
         prompt,
         sampling: SamplingParams { temperature: args.temperature, ..SamplingParams::default() },
@@ -238,41 +218,25 @@ pub fn run(args: BenchArgs) -> Result<()> {
         ignore_eos: true,
         ..GenerateRequest::default()
     };
-    let threads = candle_core::utils::get_num_threads();
     eprintln!(
         "bench: target {} ({}), draft {}, {} threads, {} tokens, {} repeats x {} seeds",
         engine.target.info.name,
         engine.target.model.weight_desc,
         engine.draft.as_ref().map(|d| format!("{} ({})", d.info.name, d.model.weight_desc)).unwrap_or("-".into()),
-        threads,
+        candle_core::utils::get_num_threads(),
         args.tokens,
         args.repeats,
         args.seeds
     );
     let cancel = AtomicBool::new(false);
-    let mut all: Vec<Measurement> = Vec::new();
-    let req_for = |c: &BenchConfig, seed: u64| GenerateRequest {
-        seed,
-        mode: c.mode,
-        draft_len: c.draft_len,
-        rule: c.rule,
-        budget: c.budget,
-        bonus: c.bonus,
-        lookup: c.lookup,
-        copy_tail: c.copy_tail,
-        coupling: c.coupling.unwrap_or_default(),
-        tree: c.tree,
-        side_offers: c.side_offers,
-        ..base.clone()
-    };
     eprint!("warm-up:");
     for c in &configs {
-        mentor_lab::kernels::set_tiles_enabled(c.tiles);
-        use_draft(&mut engine, c.feature);
-        engine.generate(&req_for(c, 1_000_003), &cancel, &mut |_| {})?;
+        drafts.use_for(&mut engine, c.feature);
+        engine.generate(&c.request(&base, 1_000_003), &cancel, &mut |_| {})?;
         eprint!(" {}", c.label);
     }
     eprintln!();
+    let mut all: Vec<Measurement> = Vec::new();
     // Configurations take turns within each seed of each repeat, starting one later each time:
     // a shared machine's speed can drift by tens of percent within a minute, and whatever separates two runs
     // that are compared goes into their ratio.
@@ -282,89 +246,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let seed = s as u64;
             let shift = (repeat * args.seeds + s) % configs.len();
             for c in configs.iter().cycle().skip(shift).take(configs.len()) {
-                mentor_lab::kernels::set_tiles_enabled(c.tiles);
-                use_draft(&mut engine, c.feature);
-                let g = engine.generate(&req_for(c, seed), &cancel, &mut |_| {})?;
-                let st = &g.stats;
-                eprint!(" {} {:.2}s", c.label, st.e2e_s);
-                all.push(Measurement {
-                    config: c.label.clone(),
-                    coupling: g.coupling.name(),
-                    repeat,
-                    seed,
-                    n_tokens: st.n_tokens,
-                    e2e_s: st.e2e_s,
-                    prefill_s: st.prefill_s,
-                    decode_tok_s: st.decode_tok_s,
-                    n_rounds: st.n_rounds,
-                    n_drafted: st.n_drafted,
-                    n_accepted: st.n_accepted,
-                    n_copied: st.n_copied,
-                    n_copied_accepted: st.n_copied_accepted,
-                    acceptance_rate: st.acceptance_rate,
-                    mean_accepted_len: st.mean_accepted_len,
-                    draft_s: st.draft_s,
-                    verify_s: st.verify_s,
-                    mean_target_nll: st.mean_target_nll,
-                    mean_tv: st.mean_tv,
-                });
+                drafts.use_for(&mut engine, c.feature);
+                let g = engine.generate(&c.request(&base, seed), &cancel, &mut |_| {})?;
+                eprint!(" {} {:.2}s", c.label, g.stats.e2e_s);
+                all.push(Measurement::of(c, &g, repeat, seed));
             }
         }
         eprintln!();
     }
-    // Speedup: the median over (repeat, seed) of target-only's time over the configuration's, each
-    // pair run within seconds of each other; the quartiles of those ratios show how far the machine's
-    // noise moves one pair.
-    let speedup = |label: &str| -> Option<(f64, f64, f64)> {
-        let ratios: Vec<f64> = all
-            .iter()
-            .filter(|m| m.config == label)
-            .filter_map(|m| {
-                all.iter()
-                    .find(|t| t.config == "target" && t.repeat == m.repeat && t.seed == m.seed)
-                    .map(|t| t.e2e_s / m.e2e_s)
-            })
-            .collect();
-        let q = |p| quantile(ratios.clone(), p);
-        Some((q(0.5), q(0.25), q(0.75))).filter(|s| s.0.is_finite())
-    };
-    println!("| config | coupling | acceptance | copied: share of drafted (accepted) | avg rounds/request | median e2e (s) | tok/s | speedup vs target-only (median of paired ratios; quartiles) | mean target NLL | draft s | verify s |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    for c in &configs {
-        let ms: Vec<&Measurement> = all.iter().filter(|m| m.config == c.label).collect();
-        let e2e = median(ms.iter().map(|m| m.e2e_s).collect());
-        let spec = c.mode == Mode::Speculative;
-        let drafted: usize = ms.iter().map(|m| m.n_drafted).sum();
-        let accepted: usize = ms.iter().map(|m| m.n_accepted).sum();
-        let copied: usize = ms.iter().map(|m| m.n_copied).sum();
-        let copied_accepted: usize = ms.iter().map(|m| m.n_copied_accepted).sum();
-        println!(
-            "| {} | {} | {} | {} | {} | {:.2} | {:.1} | {} | {:.3} | {} | {} |",
-            c.label,
-            c.coupling.unwrap_or_default(),
-            if spec && drafted > 0 { format!("{:.1}%", 100.0 * accepted as f64 / drafted as f64) } else { "-".into() },
-            if copied > 0 {
-                format!(
-                    "{:.0}% ({:.0}%)",
-                    100.0 * copied as f64 / drafted as f64,
-                    100.0 * copied_accepted as f64 / copied as f64
-                )
-            } else {
-                "-".into()
-            },
-            if spec { format!("{:.1}", mean(ms.iter().map(|m| m.n_rounds as f64))) } else { "-".into() },
-            e2e,
-            mean(ms.iter().map(|m| m.n_tokens as f64 / m.e2e_s)),
-            match speedup(&c.label) {
-                Some((x, lo, hi)) if c.label != "target" => format!("{x:.2}x ({lo:.2}–{hi:.2})"),
-                Some((x, _, _)) => format!("{x:.2}x"),
-                None => "-".into(),
-            },
-            mean(ms.iter().map(|m| m.mean_target_nll)),
-            if spec { format!("{:.2}", median(ms.iter().map(|m| m.draft_s).collect())) } else { "-".into() },
-            if spec { format!("{:.2}", median(ms.iter().map(|m| m.verify_s).collect())) } else { "-".into() },
-        );
-    }
+    print_table(&configs, &all);
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&all)?)
             .with_context(|| format!("writing {}", path.display()))?;
@@ -373,116 +263,142 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-#[derive(Args)]
-pub struct CostArgs {
-    #[command(flatten)]
-    models: ModelArgs,
-    /// Timed repetitions per measurement (the median is reported).
-    #[arg(long, default_value_t = 15)]
-    repeats: usize,
-    /// Numbers of new tokens to time, comma-separated (k = 1, the reference, is always timed).
-    #[arg(long, value_delimiter = ',', default_values_t = [2usize, 4, 8, 9, 16])]
-    k: Vec<usize>,
+/// The other draft of a comparison (`,feature`), swapped in for the configurations that name it.
+struct Drafts {
+    other: Option<mentor_lab::generate::LoadedModel>,
+    feature_in: bool,
 }
 
-/// `mentor-lab cost`: decode and prefill speed of the target, and the cost of one forward over
-/// k new tokens relative to one single-token step — the ratio that decides whether verification
-/// is cheap enough for speculation to pay.
-/// The process's peak resident memory in bytes, where the system says (Linux).
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+impl Drafts {
+    fn load(engine: &Engine, configs: &[BenchConfig], args: &BenchArgs) -> Result<Drafts> {
+        let other = match configs.iter().any(|c| c.feature) {
+            true => {
+                let p = mentor_lab::models::feature_draft()
+                    .context("`,feature` needs assets/models/smollm2-135m-feature-draft.Q8_0.gguf")?;
+                let d = mentor_lab::load_model(&p, args.models.weights, &mentor_lab::model::default_device())?;
+                mentor_lab::generate::check_vocab(&engine.target, &d)?;
+                Some(d)
+            }
+            false => None,
+        };
+        Ok(Drafts { other, feature_in: false })
+    }
+
+    fn use_for(&mut self, engine: &mut Engine, feature: bool) {
+        if feature != self.feature_in && self.other.is_some() {
+            std::mem::swap(&mut engine.draft, &mut self.other);
+            self.feature_in = feature;
+        }
+    }
 }
 
-pub fn cost(args: CostArgs) -> Result<()> {
-    let mut engine = crate::load_engine(&args.models, false)?;
-    let m = &mut engine.target;
-    let threads = candle_core::utils::get_num_threads();
-    let ctx: Vec<u32> = m.tokenizer.encode(&preset("creative").map(|p| p.prompt).unwrap_or("Hello").repeat(2))?;
-    let ctx = &ctx[..ctx.len().min(128)];
-    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
-        let mut ts = Vec::new();
-        for _ in 0..args.repeats {
-            let t = std::time::Instant::now();
-            f()?;
-            ts.push(t.elapsed().as_secs_f64());
-        }
-        Ok(median(ts))
-    };
-    // Prefill: the whole context in one forward.
-    let prefill = time(&mut || {
-        m.model.clear()?;
-        m.model.feed(ctx)?;
-        Ok(())
-    })?;
-    println!(
-        "target {} ({}), {} threads: prefill {} tokens {:.1} ms → {:.0} tok/s",
-        m.info.name,
-        m.model.weight_desc,
-        threads,
-        ctx.len(),
-        1e3 * prefill,
-        ctx.len() as f64 / prefill
-    );
-    let (weights, kv) = m.model.memory();
-    let mb = |b: f64| b / 1e6;
-    println!(
-        "memory: weights {:.0} MB ({:.2}x the {:.0} MB file), KV cache {:.0} MB per 1,000 tokens of context{}",
-        mb(weights as f64),
-        weights as f64 / m.info.file_size.max(1) as f64,
-        mb(m.info.file_size as f64),
-        mb(1000.0 * kv as f64),
-        peak_rss().map(|b| format!(", peak resident {:.0} MB so far", mb(b as f64))).unwrap_or_default()
-    );
-    println!("| k new tokens | forward ms (median) | relative to k = 1 (median of paired ratios) |");
-    println!("|---|---|---|");
-    let mut ks = vec![1usize];
-    ks.extend(args.k.iter().copied().filter(|&k| k > 1));
-    if let Some(&k) = ks.iter().find(|&&k| k > ctx.len()) {
-        bail!("--k {k}: at most {} new tokens (the timing context's length)", ctx.len());
-    }
-    // Every repeat times each k once, back to back, and the ratio to k = 1 is taken within the
-    // repeat: a VM whose speed drifts by tens of percent over seconds then moves both sides of
-    // each ratio together.
-    let mut times = vec![Vec::new(); ks.len()];
-    for _ in 0..args.repeats {
-        for (i, &k) in ks.iter().enumerate() {
-            let new: Vec<u32> = ctx[..k].to_vec();
-            m.model.truncate(ctx.len());
-            let t = std::time::Instant::now();
-            m.model.forward(&new)?;
-            times[i].push(t.elapsed().as_secs_f64());
+impl BenchConfig {
+    /// The request this configuration runs for `seed`.
+    fn request(&self, base: &GenerateRequest, seed: u64) -> GenerateRequest {
+        GenerateRequest {
+            seed,
+            mode: self.mode,
+            draft_len: self.draft_len,
+            rule: self.rule,
+            budget: self.budget,
+            bonus: self.bonus,
+            lookup: self.lookup,
+            copy_tail: self.copy_tail,
+            coupling: self.coupling.unwrap_or_default(),
+            tree: self.tree,
+            side_offers: self.side_offers,
+            ..base.clone()
         }
     }
-    for (i, &k) in ks.iter().enumerate() {
-        let ratios = times[i].iter().zip(&times[0]).map(|(t, b)| t / b).collect();
-        println!("| {k} | {:.2} | {:.2}x |", 1e3 * median(times[i].clone()), median(ratios));
+}
+
+impl Measurement {
+    fn of(c: &BenchConfig, g: &mentor_lab::Generation, repeat: usize, seed: u64) -> Measurement {
+        let st = &g.stats;
+        Measurement {
+            config: c.label.clone(),
+            coupling: g.coupling.name(),
+            repeat,
+            seed,
+            n_tokens: st.n_tokens,
+            e2e_s: st.e2e_s,
+            prefill_s: st.prefill_s,
+            decode_tok_s: st.decode_tok_s,
+            n_rounds: st.n_rounds,
+            n_drafted: st.n_drafted,
+            n_accepted: st.n_accepted,
+            n_copied: st.n_copied,
+            n_copied_accepted: st.n_copied_accepted,
+            acceptance_rate: st.acceptance_rate,
+            mean_accepted_len: st.mean_accepted_len,
+            draft_s: st.draft_s,
+            verify_s: st.verify_s,
+            mean_target_nll: st.mean_target_nll,
+            mean_tv: st.mean_tv,
+        }
     }
-    let base = median(times[0].clone());
-    println!("decode (k = 1): {:.1} tok/s", 1.0 / base);
-    // The same-seed coupling's per-position work: the noise over the whole vocabulary (once per
-    // position) and one race over a distribution (per distribution drawn at that position).
-    let n_vocab = m.tokenizer.vocab_size().min(m.model.config.n_vocab);
-    let dist = vec![1.0 / n_vocab as f32; n_vocab];
-    let mut w = Vec::new();
-    let mut pos = 0u64;
-    let noise = time(&mut || {
-        pos += 1;
-        mentor_lab::sampling::race_weights(7, pos, n_vocab, &mut w);
-        Ok(())
-    })?;
-    let race = time(&mut || {
-        std::hint::black_box(mentor_lab::sampling::race_argmax(&dist, &w));
-        Ok(())
-    })?;
-    println!(
-        "same-seed coupling over {n_vocab} tokens: noise {:.1} µs per position ({:.2}% of a step), race {:.1} µs per distribution",
-        1e6 * noise,
-        100.0 * noise / base,
-        1e6 * race
-    );
-    Ok(())
+}
+
+/// Speedup of `label`: the median over (repeat, seed) of target-only's time over the
+/// configuration's, each pair run within seconds of each other; the quartiles of those ratios show
+/// how far the machine's noise moves one pair.
+fn speedup(all: &[Measurement], label: &str) -> Option<(f64, f64, f64)> {
+    let ratios: Vec<f64> = all
+        .iter()
+        .filter(|m| m.config == label)
+        .filter_map(|m| {
+            all.iter()
+                .find(|t| t.config == "target" && t.repeat == m.repeat && t.seed == m.seed)
+                .map(|t| t.e2e_s / m.e2e_s)
+        })
+        .collect();
+    let q = |p| quantile(ratios.clone(), p);
+    Some((q(0.5), q(0.25), q(0.75))).filter(|s| s.0.is_finite())
+}
+
+fn print_table(configs: &[BenchConfig], all: &[Measurement]) {
+    println!("| config | coupling | acceptance | copied: share of drafted (accepted) | avg rounds/request | median e2e (s) | tok/s | speedup vs target-only (median of paired ratios; quartiles) | mean target NLL | draft s | verify s |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for c in configs {
+        let ms: Vec<&Measurement> = all.iter().filter(|m| m.config == c.label).collect();
+        println!("{}", table_row(c, &ms, speedup(all, &c.label)));
+    }
+}
+
+/// One configuration's line of the table, from its measurements.
+fn table_row(c: &BenchConfig, ms: &[&Measurement], speedup: Option<(f64, f64, f64)>) -> String {
+    let spec = c.mode == Mode::Speculative;
+    let drafted: usize = ms.iter().map(|m| m.n_drafted).sum();
+    let accepted: usize = ms.iter().map(|m| m.n_accepted).sum();
+    let copied: usize = ms.iter().map(|m| m.n_copied).sum();
+    let copied_accepted: usize = ms.iter().map(|m| m.n_copied_accepted).sum();
+    let if_spec = |s: &dyn Fn() -> String| if spec { s() } else { "-".into() };
+    format!(
+        "| {} | {} | {} | {} | {} | {:.2} | {:.1} | {} | {:.3} | {} | {} |",
+        c.label,
+        c.coupling.unwrap_or_default(),
+        if spec && drafted > 0 { format!("{:.1}%", 100.0 * accepted as f64 / drafted as f64) } else { "-".into() },
+        if copied > 0 {
+            format!(
+                "{:.0}% ({:.0}%)",
+                100.0 * copied as f64 / drafted as f64,
+                100.0 * copied_accepted as f64 / copied as f64
+            )
+        } else {
+            "-".into()
+        },
+        if_spec(&|| format!("{:.1}", mean(ms.iter().map(|m| m.n_rounds as f64)))),
+        median(ms.iter().map(|m| m.e2e_s).collect()),
+        mean(ms.iter().map(|m| m.n_tokens as f64 / m.e2e_s)),
+        match speedup {
+            Some((x, lo, hi)) if c.label != "target" => format!("{x:.2}x ({lo:.2}–{hi:.2})"),
+            Some((x, _, _)) => format!("{x:.2}x"),
+            None => "-".into(),
+        },
+        mean(ms.iter().map(|m| m.mean_target_nll)),
+        if_spec(&|| format!("{:.2}", median(ms.iter().map(|m| m.draft_s).collect()))),
+        if_spec(&|| format!("{:.2}", median(ms.iter().map(|m| m.verify_s).collect()))),
+    )
 }
 
 #[cfg(test)]
@@ -504,21 +420,20 @@ mod tests {
 
     #[test]
     fn configs_parse_with_their_switches_and_reject_unknown_parts() {
-        let c = parse_config("auto,tv=0,nolookup,noamx").unwrap();
+        let c = parse_config("auto,tv=0,nolookup").unwrap();
         assert_eq!(
-            (c.mode, c.draft_len, c.budget, c.lookup, c.tiles, c.bonus),
-            (Mode::Speculative, DraftLen::Auto, 0.0, false, false, true)
+            (c.mode, c.draft_len, c.budget, c.lookup, c.bonus),
+            (Mode::Speculative, DraftLen::Auto, 0.0, false, true)
         );
+        let e = parse_config("auto,tv=0,noamx").unwrap_err().to_string();
+        assert!(e.contains("--kernel noamx"), "{e}");
         let c = parse_config("fixed=8,kl=0.5,nobonus").unwrap();
-        assert_eq!(
-            (c.draft_len, c.rule, c.budget, c.bonus, c.tiles),
-            (DraftLen::Fixed(8), MentorRule::Kl, 0.5, false, true)
-        );
+        assert_eq!((c.draft_len, c.rule, c.budget, c.bonus), (DraftLen::Fixed(8), MentorRule::Kl, 0.5, false));
         assert_eq!(parse_config("target").unwrap().mode, Mode::Target);
         let c = parse_config("auto,tv=0,feature").unwrap();
         assert!(c.feature && !parse_config("auto,tv=0").unwrap().feature);
         let e = parse_config("auto,fast").unwrap_err().to_string();
-        assert!(e.contains("unknown part `fast`") && e.contains("noamx"), "{e}");
+        assert!(e.contains("unknown part `fast`") && e.contains("notail"), "{e}");
         assert!(parse_config("fixed=8,tv=much").unwrap_err().to_string().contains("not a number"));
     }
 

@@ -1,0 +1,120 @@
+//! The command line: what every command shares (which models to load and how, the thread setup,
+//! progress on stderr), and one file per command.
+
+use anyhow::Result;
+use clap::Args;
+use mentor_lab::engine::{DraftUse, LoadStep, ModelChoice};
+use mentor_lab::models::FetchProgress;
+use mentor_lab::{Engine, EngineOptions, KernelPath, WeightFormat};
+use std::path::PathBuf;
+
+pub mod bench;
+pub mod cost;
+pub mod generate;
+pub mod measure_ui;
+pub mod models;
+pub mod random;
+
+/// Which models to load and how.
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// Target GGUF (default: SmolLM2-135M-Instruct, fetched on first use).
+    #[arg(long)]
+    pub target: Option<PathBuf>,
+    /// Draft GGUF (default: the independent draft shipped in assets/models; `feature`: the shipped
+    /// feature draft, which reads the default target's hidden states)
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
+    /// Weight format in memory: auto, file, q8_0, f16, f32.
+    #[arg(long, default_value = "auto")]
+    pub weights: WeightFormat,
+    /// CPU threads (default: all physical cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Matrix kernels, to compare paths: auto, candle (candle's matmul), avx2, vnni256, noamx
+    /// (default: auto, or $MENTOR_LAB_KERNEL).
+    #[arg(long)]
+    pub kernel: Option<KernelPath>,
+    /// Decode steps on the tensor path instead of the tensor-free CPU step (or $MENTOR_LAB_NATIVE=0).
+    #[arg(long)]
+    pub no_cpu_step: bool,
+    /// The independent draft's full output head instead of its restricted one (or
+    /// $MENTOR_LAB_FULL_HEAD=1).
+    #[arg(long)]
+    pub full_head: bool,
+}
+
+impl ModelArgs {
+    /// The engine's options: the flags, over the environment's.
+    pub fn options(&self) -> Result<EngineOptions> {
+        let env = EngineOptions::from_env()?;
+        Ok(EngineOptions {
+            kernel: self.kernel.unwrap_or(env.kernel),
+            cpu_step: env.cpu_step && !self.no_cpu_step,
+            restricted_head: env.restricted_head && !self.full_head,
+        })
+    }
+}
+
+/// Load the target, and the draft when `need_draft` (or when one was named).
+pub fn load_engine(args: &ModelArgs, need_draft: bool) -> Result<Engine> {
+    if let Some(n) = args.threads {
+        set_threads(n);
+    }
+    let options = args.options()?;
+    mentor_lab::options::set(options)?;
+    let choice = ModelChoice { target: args.target.clone(), draft: args.draft.clone(), weights: args.weights };
+    let draft_use = if need_draft || args.draft.is_some() { DraftUse::Required } else { DraftUse::Skip };
+    let mut fetch = fetch_progress_to_stderr();
+    let loaded = Engine::load(&choice, draft_use, &options, &mut |step| match step {
+        LoadStep::Fetch(p) => fetch(p),
+        LoadStep::Notice(note) => eprintln!("{note}"),
+        LoadStep::Checked | LoadStep::Loading(_) => {}
+    })?;
+    Ok(loaded.engine)
+}
+
+pub fn fetch_progress_to_stderr() -> impl FnMut(FetchProgress) {
+    let mut last_pct = u64::MAX;
+    move |p| match p {
+        FetchProgress::Message(m) => eprintln!("{m}"),
+        FetchProgress::Extracting { done, total } => {
+            let pct = done * 100 / total.max(1);
+            if pct != last_pct && pct % 10 == 0 {
+                eprintln!("extracting model: {pct}%");
+                last_pct = pct;
+            }
+        }
+    }
+}
+
+/// Set the number of CPU threads: rayon's pool, which runs the project's matrix kernels, and
+/// candle's, which sizes itself from the same variables (it has no other setting). Runs before
+/// the first tensor operation.
+pub fn set_threads(n: usize) {
+    if n > 0 {
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+        if !mentor_lab::options::peek().batched_kernels() {
+            std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
+        }
+    }
+    init_threads();
+}
+
+/// The process's thread setup, first thing in `main`. When the project's kernels run the matrix
+/// products on x86, candle's own spin-then-park pool only gets element-wise maps over a few
+/// hundred values, and its spinning worker competes with rayon's for the cores, so candle gets one
+/// thread (the caller). Variables set by the user win.
+pub fn init_threads() {
+    // candle asks for the thread count at every matrix product; unset, that reads the CPU list
+    // from /proc each time. Resolve it once.
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        std::env::set_var("RAYON_NUM_THREADS", candle_core::utils::get_num_threads().to_string());
+    }
+    if cfg!(target_arch = "x86_64")
+        && mentor_lab::options::peek().batched_kernels()
+        && std::env::var_os("CANDLE_NUM_THREADS").is_none()
+    {
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
+    }
+}
