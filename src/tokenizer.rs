@@ -21,7 +21,7 @@ const QWEN2_PATTERN: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Instructions a chat template may run for one render: far more than a real template needs for
-/// one message (tests/fuzz.rs renders the shipped draft's, a Llama 3 and a ChatML-with-tools
+/// one message (tests/fuzz/ renders the shipped draft's, a Llama 3 and a ChatML-with-tools
 /// template within it), far less than a template that never ends would take.
 pub const TEMPLATE_FUEL: u64 = 2_000_000;
 /// Nesting depth (loops, macros, includes) a chat template may reach; minijinja's own maximum is 500.

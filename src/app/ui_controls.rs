@@ -1,5 +1,6 @@
 //! Left panel: prompt, sampling knobs, mentor settings, Run / Stop, sweep grid.
 
+use super::settings::Settings;
 use super::{MentorApp, UiCommand};
 use crate::mentor::{Coupling, MentorRule};
 use crate::presets::PRESETS;
@@ -20,7 +21,18 @@ fn labelled<T: egui::emath::Numeric>(
 
 pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     let busy = app.view.busy() || app.view.sweep.run_id.is_some() || app.view.experiment.run_id.is_some();
-    let s = &mut app.settings;
+    prompt_ui(&mut app.settings, ui);
+    ui.separator();
+    mentor_ui(&mut app.settings, ui);
+    ui.separator();
+    sampling_ui(&mut app.settings, ui);
+    ui.separator();
+    run_stop_ui(app, ui, busy);
+    ui.separator();
+    sweep_ui(app, ui, busy);
+}
+
+fn prompt_ui(s: &mut Settings, ui: &mut egui::Ui) {
     ui.heading("Prompt");
     ui.horizontal_wrapped(|ui| {
         for p in PRESETS {
@@ -32,8 +44,9 @@ pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     });
     let l = ui.label("Prompt text");
     ui.add(egui::TextEdit::multiline(&mut s.prompt).desired_rows(6).desired_width(f32::INFINITY)).labelled_by(l.id);
+}
 
-    ui.separator();
+fn mentor_ui(s: &mut Settings, ui: &mut egui::Ui) {
     ui.heading("Mentor");
     ui.horizontal(|ui| {
         let l = ui.label("TV budget");
@@ -80,8 +93,9 @@ pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
          The text stays exactly what it would be without them. The inspector lists each position's checked \
          candidates.",
     );
+}
 
-    ui.separator();
+fn sampling_ui(s: &mut Settings, ui: &mut egui::Ui) {
     ui.heading("Sampling");
     labelled(ui, "Temperature", &mut s.temperature, 0.0..=2.0, 0.05);
     labelled(ui, "Repetition penalty", &mut s.repeat_penalty, 1.0..=2.0, 0.05);
@@ -99,8 +113,9 @@ pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     });
     ui.checkbox(&mut s.ignore_eos, "ignore end of sequence");
     ui.checkbox(&mut s.mark_divergence, "mark where the texts diverge");
+}
 
-    ui.separator();
+fn run_stop_ui(app: &mut MentorApp, ui: &mut egui::Ui, busy: bool) {
     ui.horizontal(|ui| {
         let run = ui.add_enabled(!busy, egui::Button::new("Run")).on_hover_text("Ctrl/Cmd+Enter");
         if run.clicked() {
@@ -115,8 +130,9 @@ pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
             ui.weak("generating…");
         }
     });
+}
 
-    ui.separator();
+fn sweep_ui(app: &mut MentorApp, ui: &mut egui::Ui, busy: bool) {
     ui.heading("Sweep");
     let s = &mut app.settings;
     ui.horizontal(|ui| {

@@ -395,15 +395,8 @@ impl ViewState {
                 self.target_request = None;
             }
             EngineEvent::Error { run_id, message } => {
-                if run_id.is_none() {
-                    self.models.loading = false;
-                    self.models.progress = None;
-                }
-                if run_id.is_none_or(is_current) {
-                    self.error = Some(message);
-                } else {
-                    self.n_stale_dropped += 1;
-                }
+                let current = run_id.is_none_or(is_current);
+                self.error_event(run_id.is_none(), current, message);
             }
             EngineEvent::Started { run_id, pane } if is_current(run_id) => {
                 if self.pinned.is_some_and(|(p, _)| p == pane) {
@@ -447,22 +440,38 @@ impl ViewState {
                 self.sweep.done = done;
                 self.sweep.total = total;
             }
-            EngineEvent::Done { run_id } => {
-                if self.current_run == Some(run_id) {
-                    self.current_run = None;
-                    self.target.running = false;
-                    self.mentored.running = false;
-                } else if self.sweep.run_id == Some(run_id) {
-                    self.sweep.run_id = None;
-                } else if self.experiment.run_id == Some(run_id) {
-                    self.experiment.run_id = None;
-                } else {
-                    self.n_stale_dropped += 1;
-                }
-            }
+            EngineEvent::Done { run_id } => self.run_done(run_id),
             _ => self.n_stale_dropped += 1,
         }
         None
+    }
+
+    /// An error: of loading (`of_loading`, which then ends), or of a run, shown only if that run
+    /// is still `current`.
+    fn error_event(&mut self, of_loading: bool, current: bool, message: String) {
+        if of_loading {
+            self.models.loading = false;
+            self.models.progress = None;
+        }
+        match current {
+            true => self.error = Some(message),
+            false => self.n_stale_dropped += 1,
+        }
+    }
+
+    /// The engine finished everything it was asked for under `run_id`.
+    fn run_done(&mut self, run_id: u64) {
+        if self.current_run == Some(run_id) {
+            self.current_run = None;
+            self.target.running = false;
+            self.mentored.running = false;
+        } else if self.sweep.run_id == Some(run_id) {
+            self.sweep.run_id = None;
+        } else if self.experiment.run_id == Some(run_id) {
+            self.experiment.run_id = None;
+        } else {
+            self.n_stale_dropped += 1;
+        }
     }
 
     /// The pinned token, if it is still there.

@@ -4,14 +4,13 @@
 //! the accepted text) and `record` (statistics, the policy's observations, the round event).
 
 use super::{
-    beside_log_z, check_vocab, draw, new_run, plain_token, prefill, prepare, top_entries, DraftLen, GenEvent,
-    GenerateRequest, Generation, LoadedModel, Mode, RoundInfo, Run, TokenInfo, TokenSource,
+    beside_log_z, check_vocab, draw, new_run, plain_token, prepare, top_entries, DraftLen, GenEvent, GenerateRequest,
+    Generation, LoadedModel, Mode, RoundInfo, Run, TokenInfo, TokenSource,
 };
 use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN, MAX_SIDE_OFFERS};
 use crate::error::{EngineError, Result};
-use crate::gguf::FeatureDraftSpec;
 use crate::lookup::{point_mass, propose_matched};
-use crate::mentor::{mix, verify_same_seed, verify_token, Coupling};
+use crate::mentor::{mix, verify_same_seed, verify_token, Coupling, Mixed, Verdict};
 use crate::model::{LazyLogits, Transformer};
 use crate::sampling::{
     nll_given_log_z, probabilities, race_argmax, race_top, sample_index, uniform, Purpose, RaceNoise,
@@ -19,7 +18,10 @@ use crate::sampling::{
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+mod draft_model;
 mod tree;
+
+use draft_model::DraftModel;
 
 /// Speculative / mentored decoding with `draft` proposing and `target` verifying.
 pub fn generate_speculative(
@@ -75,135 +77,6 @@ pub fn generate_speculative(
     Ok(run.finish(Mode::Speculative))
 }
 
-/// The draft model of a pair: the independent draft reads tokens; the feature draft reads the
-/// target's hidden states too (see `Transformer::forward_features`).
-enum DraftModel {
-    Independent,
-    Feature {
-        /// The draft's input feature for every position the target has run.
-        feats: Vec<f32>,
-        /// The target's width (one feature).
-        d_feat: usize,
-        /// The draft's prediction of the next feature, which its next step reads.
-        predicted: Vec<f32>,
-    },
-}
-
-impl DraftModel {
-    /// Both models ready for the prompt `ids`: every token but the last is in their caches.
-    fn start(target: &mut LoadedModel, draft: &mut LoadedModel, ids: &[u32]) -> Result<Self> {
-        let spec = feature_draft_for(target, draft)?;
-        target.model.set_taps(spec.as_ref().map(|s| s.taps.as_slice()).unwrap_or(&[]))?;
-        if spec.is_none() {
-            prefill(&mut target.model, ids)?;
-            prefill(&mut draft.model, ids)?;
-            return Ok(DraftModel::Independent);
-        }
-        draft.model.borrow_embedding(&target.model)?;
-        target.model.clear()?;
-        draft.model.clear()?;
-        let mut feats = Vec::new();
-        if ids.len() > 1 {
-            let h = target.model.feed_hidden(&ids[..ids.len() - 1])?;
-            feats = draft.model.lift_features(&h, target.model.last_taps())?;
-        }
-        Ok(DraftModel::Feature { feats, d_feat: target.model.config.n_embd, predicted: Vec::new() })
-    }
-
-    /// Whether the draft can propose in a round that starts at context length `base`: a feature
-    /// draft needs the feature of at least one position.
-    fn can_draft(&self, base: usize) -> bool {
-        !matches!(self, DraftModel::Feature { .. }) || base >= 2
-    }
-
-    /// A round's first draft forward: catches up on the context the draft has not seen and
-    /// returns the logits for the next token and how many tokens it fed.
-    fn catch_up(&mut self, dmodel: &mut Transformer, context: &[u32]) -> Result<(Vec<f32>, usize)> {
-        let from = dmodel.n_cached();
-        match self {
-            DraftModel::Independent => Ok((dmodel.forward_last(&context[from..])?, context.len() - from)),
-            DraftModel::Feature { feats, d_feat, predicted } => {
-                // Position i reads the target's feature at i and the token at i + 1.
-                let base = context.len();
-                let f = feats
-                    .get(from * *d_feat..(base - 1) * *d_feat)
-                    .ok_or_else(|| EngineError::Internal("feature draft: target features missing".into()))?;
-                let (h, logits) = dmodel.forward_features(&context[from + 1..base], f)?;
-                *predicted = h;
-                Ok((logits, base - 1 - from))
-            }
-        }
-    }
-
-    /// The logits after drafting `x`.
-    fn step(&mut self, dmodel: &mut Transformer, x: u32) -> Result<Vec<f32>> {
-        match self {
-            DraftModel::Independent => Ok(dmodel.forward_rows(&[x])?.remove(0)),
-            DraftModel::Feature { predicted, .. } => {
-                let (h, logits) = dmodel.forward_features(&[x], predicted)?;
-                *predicted = h;
-                Ok(logits)
-            }
-        }
-    }
-
-    /// Roll the draft back after a round that started at `base` and settled the context up to
-    /// `keep + 1` tokens. A feature draft takes the target's features of the settled positions
-    /// (its verify rows up to the last emitted token: the chain's, then `side_row`'s where a side
-    /// offer was taken) and keeps only positions computed from true features. An independent
-    /// draft keeps its rows of the `n_accepted` chain tokens (it never ran a side offer).
-    fn settle(
-        &mut self,
-        tmodel: &Transformer,
-        dmodel: &mut Transformer,
-        rows: &LazyLogits,
-        (base, keep, n_accepted): (usize, usize, usize),
-        side_row: Option<usize>,
-    ) -> Result<()> {
-        match self {
-            DraftModel::Independent => dmodel.truncate(keep.min(base + n_accepted)),
-            DraftModel::Feature { feats, d_feat, .. } => {
-                let d = *d_feat;
-                let n = keep + 1 - base;
-                // The side offer's row is a settled position only if a token followed it.
-                let side_row = side_row.filter(|_| n == n_accepted + 2);
-                let (hidden, taps) = (rows.hidden(), tmodel.last_taps());
-                let per_row = taps.len() / rows.len().max(1);
-                let missing = || EngineError::Internal("feature draft: verify hidden states missing".into());
-                let (mut h, mut t) = (Vec::with_capacity(n * d), Vec::with_capacity(n * per_row));
-                for r in 0..n {
-                    let r = if r + 1 == n { side_row.unwrap_or(r) } else { r };
-                    h.extend_from_slice(hidden.get(r * d..(r + 1) * d).ok_or_else(missing)?);
-                    t.extend_from_slice(taps.get(r * per_row..(r + 1) * per_row).unwrap_or(&[]));
-                }
-                feats.truncate((base - 1) * d);
-                feats.extend(dmodel.lift_features(&h, &t)?);
-                dmodel.truncate(base - 1);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The feature draft's spec when `draft` is one, checked against `target`.
-fn feature_draft_for(target: &LoadedModel, draft: &LoadedModel) -> Result<Option<FeatureDraftSpec>> {
-    let Some(spec) = draft.model.feature_spec() else { return Ok(None) };
-    let c = &target.model.config;
-    if spec.target_layers != c.n_layer || spec.target_embd != c.n_embd {
-        return Err(EngineError::InvalidSetting(format!(
-            "{} is a feature draft for a target of {} blocks, {} wide; {} has {} blocks, {} wide. \
-             Pick the target it was trained for, or an independent draft",
-            draft.info.path.display(),
-            spec.target_layers,
-            spec.target_embd,
-            target.info.path.display(),
-            c.n_layer,
-            c.n_embd
-        )));
-    }
-    Ok(Some(spec.clone()))
-}
-
 /// A round's proposed tokens: `tokens[..n_model]` come from the draft model, the rest are copied
 /// from the context (a leading copy when `n_model` is 0, else a tail after the drafted tokens).
 struct Proposal {
@@ -251,14 +124,7 @@ impl Rounds<'_> {
         let req = self.req;
         let base = run.context.len();
         let is_stop = |x: &u32| !req.ignore_eos && run.tok.stop_ids.contains(x);
-        let (mut copy, matched) = match self.auto && req.lookup {
-            true => propose_matched(&run.context, MAX_DRAFT_LEN.min(run.remaining())).unwrap_or_default(),
-            false => (Vec::new(), 0),
-        };
-        copy.truncate(if copy.is_empty() { 0 } else { self.policy.lookup_len(copy.len(), matched) });
-        if let Some(stop) = copy.iter().position(is_stop) {
-            copy.truncate(stop + 1);
-        }
+        let (copy, matched) = self.leading_copy(run, is_stop);
         let k_wanted = match req.draft_len {
             _ if !copy.is_empty() => 0,
             DraftLen::Fixed(k) => k,
@@ -270,20 +136,7 @@ impl Rounds<'_> {
         };
         // Never draft past max_tokens: the k drafted tokens must all fit.
         let k_cap = if self.source.can_draft(base) { k_wanted.min(run.remaining()) } else { 0 };
-        let mut p = Proposal {
-            tokens: Vec::with_capacity(k_cap.max(copy.len())),
-            q: Vec::with_capacity(k_cap.max(copy.len())),
-            n_model: 0,
-            matched,
-            copy_matched: matched,
-            text: run.context.clone(),
-            survival_sum: 0.0,
-            caught_up: 0,
-            catch_up_s: 0.0,
-            offers: Vec::new(),
-            reach: Vec::new(),
-            side: Vec::new(),
-        };
+        let mut p = Proposal::new(&run.context, matched, k_cap.max(copy.len()));
         for &x in &copy {
             p.push(x, point_mass(x, self.n_vocab));
         }
@@ -325,12 +178,31 @@ impl Rounds<'_> {
             }
             logits = self.source.step(dmodel, x)?;
         }
+        p.side = self.choose_side_offers(&p);
+        Ok(p)
+    }
+
+    /// A copy from the context to propose instead of drafting (empty where the policy prefers
+    /// the draft), cut after a stop token, and the length of the context match behind it.
+    fn leading_copy(&mut self, run: &Run, is_stop: impl Fn(&u32) -> bool) -> (Vec<u32>, usize) {
+        let (mut copy, matched) = match self.auto && self.req.lookup {
+            true => propose_matched(&run.context, MAX_DRAFT_LEN.min(run.remaining())).unwrap_or_default(),
+            false => (Vec::new(), 0),
+        };
+        copy.truncate(if copy.is_empty() { 0 } else { self.policy.lookup_len(copy.len(), matched) });
+        if let Some(stop) = copy.iter().position(is_stop) {
+            copy.truncate(stop + 1);
+        }
+        (copy, matched)
+    }
+
+    /// The runners-up the policy expects to pay as side offers, as (position, token).
+    fn choose_side_offers(&self, p: &Proposal) -> Vec<(usize, u32)> {
         let flat: Vec<(usize, u32, f64, f32)> = (p.offers.iter().zip(&p.reach).enumerate())
             .flat_map(|(i, (o, &reach))| o.iter().map(move |&(t, q)| (i, t, reach, q)))
             .collect();
         let gains: Vec<(f64, f32)> = flat.iter().map(|&(_, _, reach, q)| (reach, q)).collect();
-        p.side = self.policy.side_offers(p.tokens.len(), &gains).into_iter().map(|j| (flat[j].0, flat[j].1)).collect();
-        Ok(p)
+        self.policy.side_offers(p.tokens.len(), &gains).into_iter().map(|j| (flat[j].0, flat[j].1)).collect()
     }
 
     /// Whether rounds verify side offers beside the drafted chain: asked for, under the
@@ -428,18 +300,8 @@ impl Rounds<'_> {
                 let mixed = mix(req.rule, &pt, q, if copied { 0.0 } else { req.budget });
                 (pt, mixed)
             })?;
-            let verdict = match req.coupling {
-                Coupling::SameSeed => verify_same_seed(&mixed.pi_mixed, x, self.noise.at(pos)),
-                Coupling::MaxAcceptance => verify_token(
-                    &mixed.pi_mixed,
-                    q,
-                    x,
-                    uniform(req.seed, pos, Purpose::AcceptTest),
-                    uniform(req.seed, pos, Purpose::Residual),
-                ),
-            };
+            let verdict = self.verdict(&mixed.pi_mixed, q, x, pos);
             run.tally.verified(i, mixed.tv_pi_p);
-            let y = verdict.token as usize;
             for &(t, q_t) in p.offers.get(i).map(Vec::as_slice).unwrap_or(&[]) {
                 self.policy.observe_side(q_t, t == verdict.token);
             }
@@ -447,29 +309,7 @@ impl Rounds<'_> {
                 true => None,
                 false => p.side.iter().position(|&(at, t)| at == i && t == verdict.token),
             };
-            let offers: Vec<u32> = p.side.iter().filter(|s| s.0 == i).map(|s| s.1).collect();
-            let must: Vec<u32> = [verdict.token, x].into_iter().chain(offers.iter().copied()).collect();
-            let info = TokenInfo {
-                source: match (verdict.accepted, copied, side) {
-                    (true, false, _) | (false, _, Some(_)) => TokenSource::DraftAccepted,
-                    (true, true, _) => TokenSource::CopyAccepted,
-                    (false, _, None) => TokenSource::Resampled,
-                },
-                p_target: Some(pt[y]),
-                q_draft: Some(q[y]),
-                pi_mixed: Some(mixed.pi_mixed[y]),
-                accept_prob: match req.coupling {
-                    Coupling::SameSeed => None,
-                    Coupling::MaxAcceptance => Some(verdict.accept_prob),
-                },
-                tv: Some(mixed.tv_pq),
-                theta: Some(mixed.theta),
-                round: Some(round),
-                drafted: Some(x),
-                top: top_entries(run.tok, req.n_top, Some(&pt[..]), Some(&q[..]), Some(&mixed.pi_mixed[..]), &must),
-                offers,
-                ..plain_token(verdict.token, TokenSource::Target)
-            };
+            let info = self.drafted_token_info(run, p, i, &verdict, side.is_some(), (&pt, &mixed));
             run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, verdict.token)))?;
             if !copied {
                 self.policy.observe_drafted(q[x as usize], verdict.accept_prob);
@@ -494,6 +334,59 @@ impl Rounds<'_> {
             self.bonus(run, tmodel, rows, (k, k, base, round), verify_s)?;
         }
         Ok((n_accepted, None))
+    }
+
+    /// The coupling's verdict on drafted token `x` at output position `pos`.
+    fn verdict(&mut self, pi_mixed: &[f32], q: &[f32], x: u32, pos: u64) -> Verdict {
+        let seed = self.req.seed;
+        match self.req.coupling {
+            Coupling::SameSeed => verify_same_seed(pi_mixed, x, self.noise.at(pos)),
+            Coupling::MaxAcceptance => verify_token(
+                pi_mixed,
+                q,
+                x,
+                uniform(seed, pos, Purpose::AcceptTest),
+                uniform(seed, pos, Purpose::Residual),
+            ),
+        }
+    }
+
+    /// What the app and the logs learn of proposed token `i` and its verdict: where the emitted
+    /// token came from (`side_taken`: it was a side offer), p, q and π there, the side offers.
+    fn drafted_token_info(
+        &self,
+        run: &Run,
+        p: &Proposal,
+        i: usize,
+        verdict: &Verdict,
+        side_taken: bool,
+        (pt, mixed): (&[f32], &Mixed),
+    ) -> TokenInfo {
+        let (req, x, q) = (self.req, p.tokens[i], &p.q[i][..]);
+        let y = verdict.token as usize;
+        let offers: Vec<u32> = p.side.iter().filter(|s| s.0 == i).map(|s| s.1).collect();
+        let must: Vec<u32> = [verdict.token, x].into_iter().chain(offers.iter().copied()).collect();
+        TokenInfo {
+            source: match (verdict.accepted, i >= p.n_model, side_taken) {
+                (true, false, _) | (false, _, true) => TokenSource::DraftAccepted,
+                (true, true, _) => TokenSource::CopyAccepted,
+                (false, _, false) => TokenSource::Resampled,
+            },
+            p_target: Some(pt[y]),
+            q_draft: Some(q[y]),
+            pi_mixed: Some(mixed.pi_mixed[y]),
+            accept_prob: match req.coupling {
+                Coupling::SameSeed => None,
+                Coupling::MaxAcceptance => Some(verdict.accept_prob),
+            },
+            tv: Some(mixed.tv_pq),
+            theta: Some(mixed.theta),
+            round: Some(run.rounds.len()),
+            drafted: Some(x),
+            top: top_entries(run.tok, req.n_top, Some(pt), Some(q), Some(&mixed.pi_mixed[..]), &must),
+            offers,
+            ..plain_token(verdict.token, TokenSource::Target)
+        }
     }
 
     /// The target's own token after the last accepted one, from verify row `row`, at offset `at`
@@ -592,6 +485,24 @@ impl Rounds<'_> {
 }
 
 impl Proposal {
+    /// An empty proposal after `context`, room for `capacity` tokens.
+    fn new(context: &[u32], matched: usize, capacity: usize) -> Self {
+        Proposal {
+            tokens: Vec::with_capacity(capacity),
+            q: Vec::with_capacity(capacity),
+            n_model: 0,
+            matched,
+            copy_matched: matched,
+            text: context.to_vec(),
+            survival_sum: 0.0,
+            caught_up: 0,
+            catch_up_s: 0.0,
+            offers: Vec::new(),
+            reach: Vec::new(),
+            side: Vec::new(),
+        }
+    }
+
     fn push(&mut self, x: u32, q: Vec<f32>) {
         self.tokens.push(x);
         self.q.push(q);

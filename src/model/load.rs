@@ -289,6 +289,36 @@ struct TensorReader<'f> {
 }
 
 impl TensorReader<'_> {
+    /// The token embedding and the output head. A feature draft may come without an embedding
+    /// (`feature_draft`): it then borrows its target's, and has no head of its own.
+    fn embedding_and_head(&mut self, plan: &WeightPlan, feature_draft: bool) -> Result<(Embedding, Option<Linear>)> {
+        if !self.has("token_embd.weight") && feature_draft {
+            return Ok((Embedding::None { n_embd: self.file.config.n_embd }, None));
+        }
+        let tied = !self.has("output.weight");
+        let head = plan.linear(self.read(if tied { "token_embd.weight" } else { "output.weight" })?, None)?;
+        // A tied head that the kernels hold in the file's own blocks also serves the lookups;
+        // otherwise the embedding stays in the file's format beside the head.
+        let file_dtype = self.file.content.tensor_infos.get("token_embd.weight").map(|t| t.ggml_dtype);
+        let embed = match file_dtype.and_then(|d| shared_rows(&head, d)).filter(|_| tied) {
+            Some(rows) => Embedding::shared(rows),
+            None => Embedding::new(std::sync::Arc::new(self.read("token_embd.weight")?), self.device)?,
+        };
+        Ok((embed, Some(head)))
+    }
+
+    /// RoPE's cos and sin tables, with Llama 3.1+'s per-frequency scaling factors where the file
+    /// has them (long-context RoPE).
+    fn rope(&mut self) -> Result<(Tensor, Tensor)> {
+        let freq_factors = match self.has("rope_freqs.weight") {
+            true => Some(self.read("rope_freqs.weight")?.dequantize(&Device::Cpu)?.to_vec1::<f32>()?),
+            false => None,
+        };
+        let cfg = &self.file.config;
+        let max_pos = cfg.n_ctx.clamp(1, MAX_ROPE_POS);
+        rope_tables(cfg.head_dim, cfg.rope_theta, max_pos, freq_factors.as_deref(), self.device)
+    }
+
     fn has(&self, name: &str) -> bool {
         self.file.content.tensor_infos.contains_key(name)
     }
@@ -377,32 +407,11 @@ impl Transformer {
         let plan = WeightPlan::new(file, format, device, options);
         let feature_spec =
             file.feature_draft().map_err(|detail| EngineError::CorruptGguf { path: file.path.clone(), detail })?;
-        // A feature draft may come without an embedding: it then borrows its target's.
-        let (embed, head) = match r.has("token_embd.weight") || feature_spec.is_none() {
-            true => {
-                let tied = !r.has("output.weight");
-                let head = plan.linear(r.read(if tied { "token_embd.weight" } else { "output.weight" })?, None)?;
-                // A tied head that the kernels hold in the file's own blocks also serves the
-                // lookups; otherwise the embedding stays in the file's format beside the head.
-                let file_dtype = file.content.tensor_infos.get("token_embd.weight").map(|t| t.ggml_dtype);
-                let embed = match file_dtype.and_then(|d| shared_rows(&head, d)).filter(|_| tied) {
-                    Some(rows) => Embedding::shared(rows),
-                    None => Embedding::new(std::sync::Arc::new(r.read("token_embd.weight")?), device)?,
-                };
-                (embed, Some(head))
-            }
-            false => (Embedding::None { n_embd: cfg.n_embd }, None),
-        };
+        let (embed, head) = r.embedding_and_head(&plan, feature_spec.is_some())?;
         let layers = (0..cfg.n_layer).map(|i| r.layer(&plan, &cfg, i)).collect::<Result<Vec<_>>>()?;
         let mut weight_desc = plan.describe();
         let out_norm = r.vector("output_norm.weight")?;
-        // Llama 3.1+ stores per-frequency scaling factors for long-context RoPE.
-        let freq_factors = match r.has("rope_freqs.weight") {
-            true => Some(r.read("rope_freqs.weight")?.dequantize(&Device::Cpu)?.to_vec1::<f32>()?),
-            false => None,
-        };
-        let max_pos = cfg.n_ctx.clamp(1, MAX_ROPE_POS);
-        let (cos, sin) = rope_tables(cfg.head_dim, cfg.rope_theta, max_pos, freq_factors.as_deref(), device)?;
+        let (cos, sin) = r.rope()?;
         let cpu = match plan.batched && options.cpu_step {
             true => cpu_model(&layers, &out_norm, &cos, &sin)?,
             false => None,

@@ -8,7 +8,7 @@
 //! `MENTOR_LAB_FUZZ_ITERS=20000 cargo test --test fuzz -- --ignored --nocapture` (more iterations search longer).
 //! Inputs that once crashed live in tests/data/fuzz/ and are replayed by `regressions_stay_fixed`.
 
-#[path = "common/synthetic.rs"]
+#[path = "../common/synthetic.rs"]
 mod synthetic;
 
 use candle_core::quantized::gguf_file::Value;
@@ -27,43 +27,57 @@ use std::path::{Path, PathBuf};
 // ---------------------------------------------------------------------------------------------
 // Allocation guard
 
-/// No single allocation may exceed this: the largest legitimate one here (the synthetic model's
-/// weights, the draft's header) is a few MB, while a header trusted blindly asks for terabytes.
+/// Outside an execution (and on threads that run none), no single allocation may exceed this.
 const MAX_ONE_ALLOCATION: usize = 256 << 20;
+
+/// During an execution, no single allocation may exceed what its input justifies: a fixed
+/// allowance (the tokenizer's tables, a forward's scratch) plus a multiple of the input's size
+/// (weights dequantized from 4 bits to f32 take 8 times their bytes). A header trusted blindly
+/// asks for terabytes.
+fn allowance(input_len: usize) -> usize {
+    (32 << 20) + 8 * input_len
+}
 
 struct Guard;
 
 thread_local! {
     /// (target, iteration) running on this thread, for the abort message.
     static RUNNING: Cell<(u32, u64)> = const { Cell::new((0, 0)) };
+    /// The largest single allocation this thread may make now.
+    static LIMIT: Cell<usize> = const { Cell::new(MAX_ONE_ALLOCATION) };
+    /// The largest single allocation this thread made since the execution began.
+    static PEAK: Cell<usize> = const { Cell::new(0) };
 }
 
 fn too_big(size: usize) -> ! {
-    let (target, iter) = RUNNING.with(|r| r.get());
+    let (target, iter) = RUNNING.try_with(|r| r.get()).unwrap_or_default();
     eprintln!("fuzz: an allocation of {size} bytes in target {target} at iteration {iter}");
     std::process::abort();
 }
 
+/// Checks one allocation of `size` bytes against this thread's limit and records it.
+fn check(size: usize) {
+    let limit = LIMIT.try_with(|l| l.get()).unwrap_or(MAX_ONE_ALLOCATION);
+    if size > limit {
+        too_big(size);
+    }
+    let _ = PEAK.try_with(|p| p.set(p.get().max(size)));
+}
+
 unsafe impl GlobalAlloc for Guard {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > MAX_ONE_ALLOCATION {
-            too_big(layout.size());
-        }
+        check(layout.size());
         System.alloc(layout)
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > MAX_ONE_ALLOCATION {
-            too_big(layout.size());
-        }
+        check(layout.size());
         System.alloc_zeroed(layout)
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         System.dealloc(ptr, layout)
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > MAX_ONE_ALLOCATION {
-            too_big(new_size);
-        }
+        check(new_size);
         System.realloc(ptr, layout, new_size)
     }
 }
@@ -157,8 +171,46 @@ fn crash_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-crashes")
 }
 
+/// An execution still running after this long is a hang: the watchdog saves its input and ends
+/// the process with the target and iteration (a hung thread cannot be stopped any other way).
+/// Executions take milliseconds; the bound is far above any machine's load.
+const HANG_S: u64 = 120;
+
+/// What the watchdog knows of the execution in flight: its iteration, when it began and its input.
+type InFlight = std::sync::Mutex<Option<(u64, std::time::Instant, Vec<u8>)>>;
+
+/// Watches `in_flight` until `done`; aborts the process when one execution outlives [`HANG_S`].
+fn watchdog(name: &str, seed: u64, in_flight: &InFlight, done: &std::sync::atomic::AtomicBool) {
+    use std::sync::atomic::Ordering;
+    while !done.load(Ordering::Relaxed) {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let guard = in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((i, began, input)) = guard.as_ref().filter(|f| f.1.elapsed().as_secs() >= HANG_S) {
+            let _ = std::fs::create_dir_all(crash_dir());
+            let file = crash_dir().join(format!("{name}-seed{seed}-iter{i}-hang.bin"));
+            let _ = std::fs::write(&file, input);
+            eprintln!(
+                "fuzz {name}: iteration {i} still running after {} s (a hang); input saved to {}",
+                began.elapsed().as_secs(),
+                file.display()
+            );
+            std::process::abort();
+        }
+    }
+}
+
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Runs `exec` on `n` inputs made by `make` (which mutates from a seeded generator) and returns
 /// how many ended `Ok` and how many in a typed error; panics with every crashing input's file.
+/// Each execution runs under the allocation guard's [`allowance`] for its input and the hang
+/// watchdog.
 fn run_target<E: std::fmt::Display>(
     target: u32,
     name: &str,
@@ -168,40 +220,56 @@ fn run_target<E: std::fmt::Display>(
     mut exec: impl FnMut(&[u8]) -> Result<(), E>,
 ) -> (u64, u64) {
     let mut rng = Rng(seed);
-    let (mut n_ok, mut n_err) = (0, 0);
+    let (mut n_ok, mut n_err, mut peak) = (0, 0, 0);
     let mut crashes = Vec::new();
     // `MENTOR_LAB_FUZZ_DUMP=i` saves input i before running it: how an input that aborted the
     // process (an allocation the guard refused) is recovered.
     let dump = std::env::var("MENTOR_LAB_FUZZ_DUMP").ok().and_then(|v| v.parse::<u64>().ok());
-    for i in 0..n {
-        RUNNING.with(|r| r.set((target, i)));
-        let input = make(&mut rng);
-        if dump == Some(i) {
-            let _ = std::fs::create_dir_all(crash_dir());
-            let file = crash_dir().join(format!("{name}-seed{seed}-iter{i}.bin"));
-            let _ = std::fs::write(&file, &input);
-            eprintln!("fuzz {name}: input {i} saved to {}", file.display());
-        }
-        match std::panic::catch_unwind(AssertUnwindSafe(|| exec(&input))) {
-            Ok(Ok(())) => n_ok += 1,
-            Ok(Err(e)) => {
-                n_err += 1;
-                assert!(!e.to_string().is_empty());
-            }
-            Err(p) => {
+    let (in_flight, done) = (InFlight::new(None), std::sync::atomic::AtomicBool::new(false));
+    std::thread::scope(|scope| {
+        scope.spawn(|| watchdog(name, seed, &in_flight, &done));
+        // Ends the watchdog however the loop ends (an assertion in it unwinds through the scope).
+        let _stop = StopOnDrop(&done);
+        for i in 0..n {
+            RUNNING.with(|r| r.set((target, i)));
+            let input = make(&mut rng);
+            if dump == Some(i) {
                 let _ = std::fs::create_dir_all(crash_dir());
                 let file = crash_dir().join(format!("{name}-seed{seed}-iter{i}.bin"));
                 let _ = std::fs::write(&file, &input);
-                crashes.push(format!(
-                    "iteration {i}: {} ({} bytes, saved to {})",
-                    panic_text(&*p),
-                    input.len(),
-                    file.display()
-                ));
+                eprintln!("fuzz {name}: input {i} saved to {}", file.display());
+            }
+            *in_flight.lock().unwrap_or_else(|e| e.into_inner()) = Some((i, std::time::Instant::now(), input.clone()));
+            PEAK.with(|p| p.set(0));
+            LIMIT.with(|l| l.set(allowance(input.len())));
+            let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| exec(&input)));
+            LIMIT.with(|l| l.set(MAX_ONE_ALLOCATION));
+            peak = peak.max(PEAK.with(|p| p.get()));
+            match outcome {
+                Ok(Ok(())) => n_ok += 1,
+                Ok(Err(e)) => {
+                    n_err += 1;
+                    assert!(!e.to_string().is_empty());
+                }
+                Err(p) => {
+                    let _ = std::fs::create_dir_all(crash_dir());
+                    let file = crash_dir().join(format!("{name}-seed{seed}-iter{i}.bin"));
+                    let _ = std::fs::write(&file, &input);
+                    crashes.push(format!(
+                        "iteration {i}: {} ({} bytes, saved to {})",
+                        panic_text(&*p),
+                        input.len(),
+                        file.display()
+                    ));
+                }
             }
         }
-    }
-    eprintln!("fuzz {name}: {n} executions, {n_ok} Ok, {n_err} typed errors, {} crashes", crashes.len());
+    });
+    eprintln!(
+        "fuzz {name}: {n} executions, {n_ok} Ok, {n_err} typed errors, {} crashes; largest allocation {} KiB",
+        crashes.len(),
+        peak >> 10
+    );
     assert!(crashes.is_empty(), "{name}: {} crashing inputs:\n{}", crashes.len(), crashes.join("\n"));
     (n_ok, n_err)
 }
@@ -488,130 +556,6 @@ fn fuzz_chat_template(seed: u64, n: u64) -> (u64, u64) {
     )
 }
 
-/// Numbers a saved-state file may hold in place of a real one.
-const JSON_NUMBERS: [&str; 14] = [
-    "0",
-    "-1",
-    "-0",
-    "1e308",
-    "-1e308",
-    "1e999",
-    "18446744073709551615",
-    "18446744073709551616",
-    "4294967296",
-    "0.000001",
-    "null",
-    "\"x\"",
-    "[]",
-    "{}",
-];
-
-/// Where the numbers are in a JSON text: runs of number characters after `:`, `,` or `[`.
-fn number_spans(text: &[u8]) -> Vec<Range<usize>> {
-    let mut spans = Vec::new();
-    let mut i = 0;
-    while i < text.len() {
-        let starts = (text[i] == b'-' || text[i].is_ascii_digit())
-            && text[..i].iter().rev().find(|c| !c.is_ascii_whitespace()).is_some_and(|c| b":,[".contains(c));
-        if starts {
-            let end = (i..text.len()).find(|&j| !b"-+.eE0123456789".contains(&text[j])).unwrap_or(text.len());
-            spans.push(i..end);
-            i = end;
-        } else {
-            i += 1;
-        }
-    }
-    spans
-}
-
-/// The app's saved state, read as at start: a real `settings.json` and a `history.jsonl` of real
-/// runs, mutated at the byte level and at the JSON level (numbers set to extremes or other
-/// types). Every load must give settings whose requests validate, move a bad file aside byte for
-/// byte, and never panic; an outcome is an error when the load had something to say.
-fn fuzz_saved_state(seed: u64, n: u64) -> (u64, u64) {
-    use mentor_lab::app::settings::Settings;
-    use mentor_lab::app::storage::{load_history, load_settings, HISTORY_FILE, SETTINGS_FILE};
-    use mentor_lab::app::view::RunRecord;
-    let settings = serde_json::to_vec_pretty(&Settings::default()).unwrap();
-    let run = |i: u64| RunRecord {
-        when: 1_790_000_000 + i,
-        config: "TV=0.50, k=8".into(),
-        prompt: "Write a short poem about the sea.".into(),
-        seed: i,
-        temperature: 0.7,
-        n_tokens: 128,
-        acceptance: 0.72,
-        rounds: 30,
-        e2e_s: 1.2,
-        tok_s: 106.0,
-        speedup: 2.1,
-        target_nll: 1.9,
-        mean_tv: 0.41,
-    };
-    let mut history = Vec::new();
-    for i in 0..4 {
-        history.extend(serde_json::to_vec(&run(i)).unwrap());
-        history.push(b'\n');
-    }
-    let dir = tempfile::tempdir().unwrap();
-    run_target(
-        5,
-        "saved-state",
-        seed,
-        n,
-        |rng| {
-            let which = rng.below(2) as u8;
-            let mut text = if which == 0 { settings.clone() } else { history.clone() };
-            for _ in 0..1 + rng.below(3) {
-                let spans = number_spans(&text);
-                if rng.below(2) == 0 && !spans.is_empty() {
-                    let span = spans[rng.below(spans.len())].clone();
-                    text.splice(span, JSON_NUMBERS[rng.below(JSON_NUMBERS.len())].bytes());
-                } else {
-                    mutate(rng, &mut text, &[]);
-                }
-            }
-            let mut input = vec![which];
-            input.extend(text);
-            input
-        },
-        |input| {
-            let (&which, bytes) = input.split_first().unwrap_or((&0, &[]));
-            for e in std::fs::read_dir(dir.path()).unwrap().flatten() {
-                std::fs::remove_file(e.path()).unwrap();
-            }
-            let name = if which == 0 { SETTINGS_FILE } else { HISTORY_FILE };
-            std::fs::write(dir.path().join(name), bytes).unwrap();
-            let notice = if which == 0 {
-                let loaded = load_settings(dir.path());
-                let s = &loaded.value;
-                assert!(s.target_request().validate().is_ok(), "{s:?}");
-                assert!(s.mentored_request().validate().is_ok(), "{s:?}");
-                assert!((0.5..=3.0).contains(&s.zoom), "{s:?}");
-                loaded.notice
-            } else {
-                let loaded = load_history(dir.path());
-                let lines = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count();
-                assert!(loaded.value.len() <= lines);
-                loaded.notice
-            };
-            // A file that was moved aside is kept byte for byte.
-            let aside: Vec<_> = std::fs::read_dir(dir.path())
-                .unwrap()
-                .flatten()
-                .filter(|e| e.file_name().to_string_lossy().contains(".bad-"))
-                .collect();
-            for e in &aside {
-                assert_eq!(std::fs::read(e.path()).unwrap(), bytes, "the file moved aside is the original");
-            }
-            match notice {
-                None => Ok(()),
-                Some(n) => Err(n),
-            }
-        },
-    )
-}
-
 // ---------------------------------------------------------------------------------------------
 // Short runs (part of `cargo test`)
 
@@ -679,195 +623,8 @@ fn fuzz_saved_state_long() {
     fuzz_saved_state(105, iters(0, true));
 }
 
-// ---------------------------------------------------------------------------------------------
-// Hand-made hostile headers: each size the issue names is refused before anything is allocated
-// for it (the allocation guard above would abort the test binary otherwise).
-
-/// `bytes` with the `len` bytes at `skip` after the first occurrence of `needle` replaced by `v`.
-fn patch_after(bytes: &[u8], needle: &str, skip: usize, v: &[u8]) -> Vec<u8> {
-    let at =
-        find(bytes, needle.as_bytes()).unwrap_or_else(|| panic!("`{needle}` not in the file")) + needle.len() + skip;
-    let mut out = bytes.to_vec();
-    out[at..at + v.len()].copy_from_slice(v);
-    out
-}
-
-fn corrupt_detail(bytes: &[u8]) -> String {
-    match parse_and_tokenize(bytes, true) {
-        Err(EngineError::CorruptGguf { detail, .. }) => detail,
-        other => panic!("expected a CorruptGguf error, got {other:?}"),
-    }
-}
-
-#[test]
-fn hostile_sizes_are_errors_before_allocation() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = synthetic_bytes(dir.path(), "qwen2", GgmlDType::F32);
-    parse_and_tokenize(&base, true).unwrap();
-
-    // A 4 GB metadata string (the value of `general.name`: after the key, a u32 type, then the
-    // u64 length).
-    let d = corrupt_detail(&patch_after(&base, "general.name", 4, &(4u64 << 30).to_le_bytes()));
-    assert!(d.contains("general.name") && d.contains("4294967296"), "{d}");
-
-    // A vocabulary of 2^31 tokens (the array's element type, then its u64 length).
-    let d = corrupt_detail(&patch_after(&base, "tokenizer.ggml.tokens", 8, &(1u64 << 31).to_le_bytes()));
-    assert!(d.contains("tokenizer.ggml.tokens") && d.contains("2147483648 elements"), "{d}");
-
-    // A tensor of 2^40 elements: `token_embd.weight`'s first dimension (after n_dims).
-    let d = corrupt_detail(&patch_after(&base, "token_embd.weight", 4, &(1u64 << 40).to_le_bytes()));
-    assert!(d.contains("token_embd.weight") && d.contains("ends past the end of the file"), "{d}");
-
-    // Dimensions whose product overflows 64 bits.
-    let d = corrupt_detail(&patch_after(&base, "token_embd.weight", 4, &u64::MAX.to_le_bytes()));
-    assert!(d.contains("token_embd.weight") && d.contains("64 bits"), "{d}");
-
-    // A tensor offset that wraps around when added to the data start.
-    let name = "blk.0.attn_q.weight";
-    let d = corrupt_detail(&patch_after(&base, name, 4 + 2 * 8 + 4, &(u64::MAX - 8).to_le_bytes()));
-    assert!(d.contains(name), "{d}");
-
-    // Tensor and metadata counts no file could hold (they follow the magic and the version).
-    let mut b = base.clone();
-    b[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
-    assert!(corrupt_detail(&b).contains("more than the"));
-    let mut b = base.clone();
-    b[16..24].copy_from_slice(&(1u64 << 40).to_le_bytes());
-    assert!(corrupt_detail(&b).contains("more than the"));
-
-    // Five dimensions (ggml has at most four).
-    let d = corrupt_detail(&patch_after(&base, "output_norm.weight", 0, &5u32.to_le_bytes()));
-    assert!(d.contains("5 dimensions"), "{d}");
-}
-
-/// A header with one more metadata entry, `key` = u32 `value`, right after the counts.
-fn with_u32_key(base: &[u8], key: &str, value: u32) -> Vec<u8> {
-    let mut b = base[..24].to_vec();
-    let n_kv = u64::from_le_bytes(base[16..24].try_into().unwrap()) + 1;
-    b[16..24].copy_from_slice(&n_kv.to_le_bytes());
-    b.extend_from_slice(&(key.len() as u64).to_le_bytes());
-    b.extend_from_slice(key.as_bytes());
-    b.extend_from_slice(&4u32.to_le_bytes());
-    b.extend_from_slice(&value.to_le_bytes());
-    b.extend_from_slice(&base[24..]);
-    b
-}
-
-#[test]
-fn hostile_metadata_values_are_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = synthetic_bytes(dir.path(), "qwen2", GgmlDType::F32);
-    // An alignment of zero divides by zero in a reader that trusts it; not a power of two is
-    // no alignment ggml writes.
-    for a in [0, 3, 1 << 30] {
-        let d = corrupt_detail(&with_u32_key(&base, "general.alignment", a));
-        assert!(d.contains("general.alignment"), "{d}");
-    }
-    // The same key twice.
-    let d = corrupt_detail(&with_u32_key(&base, "general.architecture", 1));
-    assert!(d.contains("appears twice"), "{d}");
-    // A head count that disagrees with the tensors.
-    let b = patch_after(&base, "qwen2.attention.head_count", 4, &8u32.to_le_bytes());
-    let d = corrupt_detail(&b);
-    assert!(d.contains("attn_k.weight") && d.contains("shape"), "{d}");
-}
-
-#[test]
-fn tokenizer_larger_than_the_embedding_is_an_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("small-embd.gguf");
-    synthetic::write(&p, &tiny_spec("qwen2", GgmlDType::F32));
-    let bytes = std::fs::read(&p).unwrap();
-    // Claim 16 embedding rows for a vocabulary of 264 tokens: the rows are the embedding's second
-    // GGUF dimension (the model ties its head to the embedding, so the shapes stay consistent).
-    let b = patch_after(&bytes, "token_embd.weight", 4 + 8, &16u64.to_le_bytes());
-    match parse_and_tokenize(&b, true) {
-        Err(EngineError::Tokenizer { detail, .. }) => {
-            assert!(detail.contains("16 embedding rows"), "{detail}")
-        }
-        other => panic!("{other:?}"),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Chat templates that never end are errors.
-
-fn tokenizer_with_template(template: &str) -> (tempfile::TempDir, TextTokenizer) {
-    let dir = tempfile::tempdir().unwrap();
-    let base = synthetic_bytes(dir.path(), "qwen2", GgmlDType::F32);
-    let file = ModelFile::from_reader(&dir.path().join("t.gguf"), &mut &base[..], base.len() as u64).unwrap();
-    let mut tok = TextTokenizer::from_model_file(&file).unwrap();
-    tok.chat_template = Some(template.to_string());
-    (dir, tok)
-}
-
-#[test]
-fn a_template_that_loops_forever_is_an_error() {
-    // 10^15 iterations: without fuel this renders for days.
-    let looping = "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}\
-                   x{% endfor %}{% endfor %}{% endfor %}";
-    let (_d, tok) = tokenizer_with_template(looping);
-    match tok.render_chat("hi") {
-        Err(EngineError::Template { detail, .. }) => assert!(detail.contains("never ends"), "{detail}"),
-        other => panic!("{other:?}"),
-    }
-    // The error reaches the prompt path too (what the engine calls).
-    assert!(matches!(tok.prompt_ids("hi", false), Err(EngineError::Template { .. })));
-    assert!(tok.prompt_ids("hi", true).is_ok(), "raw mode skips the template");
-}
-
-#[test]
-fn a_template_that_recurses_forever_is_an_error() {
-    for recursing in [
-        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
-        "{% for m in messages recursive %}{{ loop(messages) }}{% endfor %}",
-    ] {
-        let (_d, tok) = tokenizer_with_template(recursing);
-        let e = tok.render_chat("hi").unwrap_err();
-        assert!(matches!(e, EngineError::Template { .. }), "{recursing}: {e:?}");
-    }
-    // A real template still renders well within the limits.
-    let (_d, tok) = tokenizer_with_template("{% for m in messages %}{{ m.role }}: {{ m.content }}{% endfor %}");
-    assert_eq!(tok.render_chat("hi").unwrap(), "user: hi");
-}
-
-// ---------------------------------------------------------------------------------------------
-// Inputs that once crashed, replayed.
-
-#[test]
-fn regressions_stay_fixed() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fuzz");
-    let mut n = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("gguf") {
-            continue;
-        }
-        let bytes = std::fs::read(&path).unwrap();
-        let outcome = std::panic::catch_unwind(|| parse_and_tokenize(&bytes, true));
-        match outcome {
-            Ok(Err(e)) => assert!(!e.to_string().is_empty()),
-            Ok(Ok(())) => panic!("{} was a crash and should now be an error", path.display()),
-            Err(p) => panic!("{} panics: {}", path.display(), panic_text(&*p)),
-        }
-        match load_model(&path, WeightFormat::Auto, &Device::Cpu) {
-            Err(e) => assert!(!e.to_string().is_empty()),
-            Ok(_) => panic!("{} loads", path.display()),
-        }
-        n += 1;
-    }
-    assert!(n > 0, "no regression inputs in {}", dir.display());
-}
-
-/// The checks refuse damage, not real files: both shipped drafts (one without an embedding of its
-/// own) open and build their tokenizers.
-#[test]
-fn shipped_models_pass_the_checks() {
-    for name in ["smollm2-135m-draft-d192-l8.Q8_0.gguf", "smollm2-135m-feature-draft.Q8_0.gguf"] {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/models").join(name);
-        let file = ModelFile::open(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let tok = TextTokenizer::from_model_file(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(tok.vocab_size(), 49152);
-        assert!(tok.render_chat("hi").unwrap().contains("hi"));
-    }
-}
+// Hand-made hostile files, endless chat templates, and inputs that once crashed.
+mod hostile;
+// The app's saved settings and history.
+mod saved_state;
+use saved_state::fuzz_saved_state;
