@@ -425,6 +425,18 @@ fn use_vnni512() -> bool {
     })
 }
 
+/// Whether Q8_0 matrices hold their blocks' weight sums: only the VNNI kernels read them.
+fn holds_block_sums() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use_vnni()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether [`Q6Matrix`] (and [`Q4Matrix`]) have a SIMD path on this CPU: AVX2 with FMA, or NEON.
 pub fn q6_has_simd() -> bool {
     #[cfg(target_arch = "x86_64")]

@@ -12,7 +12,7 @@ pub(super) struct Q8Rows {
     /// these, the portable paths the plain ones; both cost n_rows · n_in bytes).
     pub(super) quants_il: Vec<i8>,
     /// `quants_il + 128` as unsigned bytes, for VNNI's unsigned × signed multiply-add (see
-    /// [`Q8Matrix::wsum128`]); filled only when the VNNI kernels will read it.
+    /// [`Q8Matrix::wsum`]); filled only when the VNNI kernels will read it.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(super) quants_u8: Vec<u8>,
     /// `quants_il` with the vectors of each whole chunk of 8 blocks in the order 0 2 1 3 4 6 5 7,

@@ -10,11 +10,12 @@ pub struct Q8Matrix {
     pub n_in: usize,
     pub(super) scales: Vec<f32>, // (n_out, n_in / 32)
     pub(super) quants: Vec<i8>,  // (n_out, n_in), each row interleaved
-    /// 128 · Σ quants of each block, (n_out, n_in / 32): with activations offset by +128 to make
-    /// them unsigned, Σ (x + 128)·w − 128·Σ w = Σ x·w exactly, so VNNI's multiply-add needs no sign
-    /// fix-ups per row.
+    /// Σ quants of each block, (n_out, n_in / 32): with activations offset by +128 to make them
+    /// unsigned, Σ (x + 128)·w − 128·Σ w = Σ x·w exactly, so VNNI's multiply-add needs no sign
+    /// fix-ups per row. Held only where the VNNI kernels run (empty elsewhere); |Σ| ≤ 4096 fits
+    /// an i16.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(super) wsum128: Vec<i32>,
+    pub(super) wsum: Vec<i16>,
     /// The same weights in AMX's tile layout, where this process can run it.
     pub(super) amx: Option<amx::AmxTiles>,
 }
@@ -29,7 +30,7 @@ impl Q8Matrix {
             n_in,
             scales: parts.iter().flat_map(|m| m.scales.iter().copied()).collect(),
             quants: parts.iter().flat_map(|m| m.quants.iter().copied()).collect(),
-            wsum128: parts.iter().flat_map(|m| m.wsum128.iter().copied()).collect(),
+            wsum: parts.iter().flat_map(|m| m.wsum.iter().copied()).collect(),
             amx: amx::AmxTiles::stack(
                 &parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(),
                 &parts.iter().map(|m| m.n_out).collect::<Vec<_>>(),
@@ -41,16 +42,16 @@ impl Q8Matrix {
     pub(super) fn new(n_out: usize, n_in: usize, scales: Vec<f32>, quants: Vec<i8>) -> Q8Matrix {
         // Interleaving keeps each group's bytes within the group, and a block's 32 bytes land in
         // one lane of each of the group's 8 vectors; summing by natural block needs the plain row.
-        let nb = n_in / BLOCK;
-        let mut wsum128 = Vec::with_capacity(n_out * nb);
-        if n_in > 0 {
+        let mut wsum = Vec::new();
+        if n_in > 0 && holds_block_sums() {
+            wsum.reserve(n_out * (n_in / BLOCK));
             for row in quants.chunks_exact(n_in) {
                 let plain = deinterleave_row(row);
-                wsum128.extend(plain.chunks_exact(BLOCK).map(|b| 128 * b.iter().map(|&q| q as i32).sum::<i32>()));
+                wsum.extend(plain.chunks_exact(BLOCK).map(|b| b.iter().map(|&q| q as i16).sum::<i16>()));
             }
         }
         let amx = amx::AmxTiles::from_q8(n_out, n_in, &scales, |o| deinterleave_row(&quants[o * n_in..(o + 1) * n_in]));
-        Q8Matrix { n_out, n_in, scales, quants, wsum128, amx }
+        Q8Matrix { n_out, n_in, scales, quants, wsum, amx }
     }
 
     /// Only the given rows, in that order (a vocabulary head restricted to some tokens).
@@ -61,14 +62,16 @@ impl Q8Matrix {
             n_in: self.n_in,
             scales: Vec::new(),
             quants: Vec::new(),
-            wsum128: Vec::new(),
+            wsum: Vec::new(),
             amx: None,
         };
         for &r in rows {
             let r = r as usize;
             out.scales.extend_from_slice(self.scales.get(r * nb..(r + 1) * nb)?);
             out.quants.extend_from_slice(self.quants.get(r * self.n_in..(r + 1) * self.n_in)?);
-            out.wsum128.extend_from_slice(self.wsum128.get(r * nb..(r + 1) * nb)?);
+            if !self.wsum.is_empty() {
+                out.wsum.extend_from_slice(self.wsum.get(r * nb..(r + 1) * nb)?);
+            }
         }
         Some(out)
     }
@@ -103,7 +106,7 @@ impl Q8Matrix {
     /// `x` is row-major `(n_rows, n_in)`; returns row-major `(n_rows, n_out)`.
     /// Bytes held (the AMX copy included).
     pub fn bytes(&self) -> usize {
-        4 * self.scales.len() + self.quants.len() + 4 * self.wsum128.len() + self.amx.as_ref().map_or(0, |a| a.bytes())
+        4 * self.scales.len() + self.quants.len() + 2 * self.wsum.len() + self.amx.as_ref().map_or(0, |a| a.bytes())
     }
 
     pub fn matmul(&self, x: &[f32], n_rows: usize) -> Vec<f32> {
@@ -197,6 +200,16 @@ impl Q8Matrix {
         }
     }
 
+    /// 128 · Σ quants of blocks `b0 .. b0 + 8` of output `o`, one per lane (what the unsigned
+    /// activations' +128 added to the VNNI sums).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn block_sums_128(&self, o: usize, nb: usize, b0: usize) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::*;
+        let sums = _mm_loadu_si128(self.wsum.as_ptr().add(o * nb + b0) as *const __m128i);
+        _mm256_slli_epi32(_mm256_cvtepi16_epi32(sums), 7)
+    }
+
     /// One chunk of `SIZE` blocks from block `b0` of outputs `o .. o + U`, added to each (output,
     /// row) accumulator: integer block sums in the 8 lanes (see [`chunk_source`]), then scaled
     /// once.
@@ -233,7 +246,7 @@ impl Q8Matrix {
                 }
             }
             for u in 0..U {
-                let offset = _mm256_loadu_si256(self.wsum128.as_ptr().add((o + u) * nb + b0) as *const __m256i);
+                let offset = self.block_sums_128(o + u, nb, b0);
                 for j in 0..N {
                     isum[u][j] = _mm256_sub_epi32(halves_added(wide[u][j]), offset);
                 }
@@ -252,7 +265,7 @@ impl Q8Matrix {
                 }
             }
             for u in 0..U {
-                let offset = _mm256_loadu_si256(self.wsum128.as_ptr().add((o + u) * nb + b0) as *const __m256i);
+                let offset = self.block_sums_128(o + u, nb, b0);
                 for j in 0..N {
                     isum[u][j] = _mm256_sub_epi32(isum[u][j], offset);
                 }

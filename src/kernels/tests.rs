@@ -216,6 +216,39 @@ fn amx_equals_the_vnni_kernel() {
 }
 
 #[test]
+fn q8_block_sums_are_held_only_for_the_vnni_kernels_and_are_exact() {
+    let (n_out, n_in) = (24, 576);
+    let m = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 41), n_out, n_in).unwrap();
+    let nb = n_in / BLOCK;
+    match holds_block_sums() {
+        false => assert!(m.wsum.is_empty(), "no kernel here reads the block sums"),
+        true => {
+            assert_eq!(m.wsum.len(), n_out * nb);
+            for o in 0..n_out {
+                let plain = deinterleave_row(&m.quants[o * n_in..(o + 1) * n_in]);
+                for b in 0..nb {
+                    let sum: i32 = plain[b * BLOCK..(b + 1) * BLOCK].iter().map(|&q| q as i32).sum();
+                    assert_eq!(m.wsum[o * nb + b] as i32, sum, "output {o}, block {b}");
+                }
+            }
+        }
+    }
+    // Selecting rows keeps their sums (or none), so the selected matrix gives the same outputs.
+    let rows = [5u32, 0, 23];
+    let picked = m.select_rows(&rows).unwrap();
+    assert_eq!(picked.wsum.len(), if m.wsum.is_empty() { 0 } else { rows.len() * nb });
+    let x = pseudo_random(3 * n_in, 42);
+    let (all, some) = (m.matmul(&x, 3), picked.matmul(&x, 3));
+    for r in 0..3 {
+        for (j, &o) in rows.iter().enumerate() {
+            assert_eq!(some[r * rows.len() + j].to_bits(), all[r * n_out + o as usize].to_bits());
+        }
+    }
+    let held = 4 * m.scales.len() + m.quants.len() + 2 * m.wsum.len();
+    assert_eq!(m.bytes(), held + m.amx.as_ref().map_or(0, |a| a.bytes()));
+}
+
+#[test]
 fn stacked_matrices_give_each_part_exactly() {
     let n_in = 576; // two interleaved groups of 8 blocks and two blocks after them
     let parts: Vec<Q8Matrix> = [(64, 11), (32, 12), (32, 13)]

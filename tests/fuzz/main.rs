@@ -5,7 +5,7 @@
 //! pair reproduces it).
 //!
 //! The short run is part of `cargo test`; the long run is documented in docs/reliability.md:
-//! `MENTOR_LAB_FUZZ_ITERS=20000 cargo test --test fuzz -- --ignored --nocapture` (more iterations search longer).
+//! `MENTOR_LAB_FUZZ_ITERS=20000 cargo test --profile fuzz --test fuzz -- --ignored --nocapture` (more iterations search longer).
 //! Inputs that once crashed live in tests/data/fuzz/ and are replayed by `regressions_stay_fixed`.
 
 #[path = "../common/synthetic.rs"]
@@ -590,7 +590,7 @@ fn fuzz_saved_state_short() {
     assert!(n_ok > 0 && n_err > 0, "{n_ok} Ok, {n_err} errors");
 }
 
-// Long runs: `MENTOR_LAB_FUZZ_ITERS=N cargo test --test fuzz -- --ignored --nocapture`
+// Long runs: `MENTOR_LAB_FUZZ_ITERS=N cargo test --profile fuzz --test fuzz -- --ignored --nocapture`
 // (another seed than the short runs, so that they add coverage).
 
 #[test]
