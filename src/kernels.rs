@@ -425,6 +425,16 @@ fn use_vnni512() -> bool {
     })
 }
 
+/// The parts one after another, in a vector of exactly their total length (collecting a
+/// `flat_map` grows by doubling, and the spare capacity stays with the matrix for its lifetime).
+fn concat<'a, T: Copy + 'a>(parts: impl Iterator<Item = &'a [T]> + Clone) -> Vec<T> {
+    let mut out = Vec::with_capacity(parts.clone().map(<[T]>::len).sum());
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+    out
+}
+
 /// Whether Q8_0 matrices hold their blocks' weight sums: only the VNNI kernels read them.
 fn holds_block_sums() -> bool {
     #[cfg(target_arch = "x86_64")]

@@ -83,6 +83,15 @@ impl Linear {
         }
     }
 
+    /// Bytes of the AMX tile copy the kernels keep beside the weights (0 elsewhere).
+    fn tile_bytes(&self) -> usize {
+        match &self.w {
+            Weights::BatchedQ8(m) => m.tile_bytes(),
+            Weights::BatchedQ4(m) => m.tile_bytes(),
+            _ => 0,
+        }
+    }
+
     fn n_out(&self) -> usize {
         match &self.w {
             Weights::Candle(QMatMul::QTensor(q)) => q.shape().dims()[0],
@@ -279,15 +288,24 @@ impl Transformer {
     /// What the model takes in memory: its weights (embedding, layers, head) and its KV cache per
     /// position of context, in bytes.
     pub fn memory(&self) -> (usize, usize) {
-        let proj = |p: &Projections| match p {
-            Projections::Fused { linear, .. } => linear.bytes(),
-            Projections::Separate(parts) => parts.iter().map(Linear::bytes).sum(),
-        };
-        let layers: usize =
-            self.layers.iter().map(|l| proj(&l.qkv) + l.wo.bytes() + proj(&l.gate_up) + l.w_down.bytes()).sum();
-        let weights = self.embed.bytes() + layers + self.head.as_ref().map_or(0, Linear::bytes);
+        let weights = self.embed.bytes() + self.sum_over_matrices(Linear::bytes);
         let c = &self.config;
         (weights, c.n_layer * 2 * c.n_kv_head * c.head_dim * std::mem::size_of::<f32>())
+    }
+
+    /// Of [`Transformer::memory`]'s weights, the bytes of the AMX tile copies (0 on CPUs without
+    /// AMX, or with the `noamx` kernel path).
+    pub fn tile_memory(&self) -> usize {
+        self.sum_over_matrices(Linear::tile_bytes)
+    }
+
+    fn sum_over_matrices(&self, f: impl Fn(&Linear) -> usize) -> usize {
+        let proj = |p: &Projections| match p {
+            Projections::Fused { linear, .. } => f(linear),
+            Projections::Separate(parts) => parts.iter().map(&f).sum(),
+        };
+        let layers: usize = self.layers.iter().map(|l| proj(&l.qkv) + f(&l.wo) + proj(&l.gate_up) + f(&l.w_down)).sum();
+        layers + self.head.as_ref().map_or(0, &f)
     }
 
     pub fn clear(&mut self) -> Result<()> {

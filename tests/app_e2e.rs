@@ -61,6 +61,19 @@ fn zero_budget_panes_read_identically() {
     let from_draft =
         app.view.mentored.tokens.iter().filter(|t| t.source == mentor_lab::TokenSource::DraftAccepted).count();
     assert!(from_draft > 0, "no drafted token was accepted");
+    // A tree of candidates (3 wide, 4 deep) leaves the text as it was; its tokens carry the
+    // candidates verified beside them, which the inspector draws.
+    let chain = ids(&app.view.mentored);
+    app.settings.tree = true;
+    app.settings.tree_width = 3;
+    app.settings.draft_len = 4;
+    app.queue(UiCommand::Run);
+    app.apply_queued();
+    wait_until(&mut app, "the tree run to finish", |a| !a.view.busy());
+    assert!(app.view.error.is_none(), "{:?}", app.view.error);
+    assert_eq!(ids(&app.view.mentored), chain, "a tree emits the chain's text");
+    assert!(app.view.mentored.tokens.iter().any(|t| !t.offers.is_empty()), "no token lists its siblings");
+    assert_eq!(app.history.last().map(|r| r.config.as_str()), Some("TV=0.00, tree 3x4"));
 }
 
 /// The article's experiment runs end to end on the default pair (small token counts) and fills

@@ -1,7 +1,7 @@
 //! What the user set, saved across restarts (separate from runtime state).
 
 use super::engine_thread::ModelChoice;
-use crate::generate::{DraftLen, GenerateRequest, Mode};
+use crate::generate::{DraftLen, GenerateRequest, Mode, TreeShape, MAX_TREE_WIDTH};
 use crate::mentor::{Coupling, MentorRule};
 use crate::sampling::SamplingParams;
 use serde::{Deserialize, Serialize};
@@ -32,6 +32,10 @@ pub struct Settings {
     pub lookup: bool,
     /// Same-seed coupling: verify the draft's runners-up beside its chain where they pay.
     pub side_offers: bool,
+    /// Same-seed coupling: draft a tree of candidates `tree_width` wide, as deep as the draft
+    /// length, instead of a chain.
+    pub tree: bool,
+    pub tree_width: usize,
     pub models: ModelChoice,
     pub mark_divergence: bool,
     /// Shade every token by the target's surprise at it (−log p at T = 1) instead of provenance.
@@ -67,6 +71,8 @@ impl Default for Settings {
             bonus: true,
             lookup: true,
             side_offers: false,
+            tree: false,
+            tree_width: 2,
             models: ModelChoice::default(),
             mark_divergence: true,
             shade_surprise: false,
@@ -117,6 +123,7 @@ impl Settings {
         fix_usize(&mut self.max_tokens, 1, 1024, "max tokens");
         fix_usize(&mut self.draft_len, 1, crate::adaptive::MAX_DRAFT_LEN, "draft length");
         fix_usize(&mut self.experiment_repeats, 1, 20, "experiment repeats");
+        fix_usize(&mut self.tree_width, 2, MAX_TREE_WIDTH, "tree width");
         let mut fix_u64 = |v: &mut u64, hi: u64, name: &'static str| {
             if !(1..=hi).contains(v) {
                 *v = (*v).clamp(1, hi);
@@ -142,6 +149,15 @@ impl Settings {
         } else {
             DraftLen::Fixed(self.draft_len.clamp(1, crate::adaptive::MAX_DRAFT_LEN))
         }
+    }
+
+    /// The tree each round drafts, where one is asked for (same-seed coupling only): as wide as
+    /// set, as deep as the draft length.
+    pub fn tree(&self) -> Option<TreeShape> {
+        (self.tree && self.coupling == Coupling::SameSeed).then(|| TreeShape {
+            width: self.tree_width.clamp(2, MAX_TREE_WIDTH),
+            depth: self.draft_len.clamp(1, crate::adaptive::MAX_DRAFT_LEN),
+        })
     }
 
     /// The request of the "Target only" pane.
@@ -175,6 +191,7 @@ impl Settings {
             bonus: self.bonus,
             lookup: self.lookup,
             side_offers: self.side_offers,
+            tree: self.tree(),
             ..self.target_request()
         }
     }
@@ -191,12 +208,11 @@ impl Settings {
             (Coupling::SameSeed, true) => ", runners-up",
             (Coupling::MaxAcceptance, _) => ", max-acceptance",
         };
-        format!(
-            "{rule}={:.2}, k={}{}{copy}{coupling}",
-            self.budget,
-            self.draft_len(),
-            if self.bonus { "" } else { ", no bonus" }
-        )
+        let shape = match self.tree() {
+            Some(t) => format!("tree {t}"),
+            None => format!("k={}", self.draft_len()),
+        };
+        format!("{rule}={:.2}, {shape}{}{copy}{coupling}", self.budget, if self.bonus { "" } else { ", no bonus" })
     }
 
     /// Parse the sweep grid; an error names the entry that is wrong.

@@ -2,6 +2,7 @@
 
 use super::settings::Settings;
 use super::{MentorApp, UiCommand};
+use crate::generate::MAX_TREE_WIDTH;
 use crate::mentor::{Coupling, MentorRule};
 use crate::presets::PRESETS;
 
@@ -74,7 +75,8 @@ fn mentor_ui(s: &mut Settings, ui: &mut egui::Ui) {
              a different random sample from the target-only one even at budget 0.",
         );
     });
-    ui.add_enabled_ui(!s.adaptive, |ui| labelled(ui, "Draft length", &mut s.draft_len, 1..=16, 1.0));
+    let tree_on = s.tree && s.coupling == Coupling::SameSeed;
+    ui.add_enabled_ui(!s.adaptive || tree_on, |ui| labelled(ui, "Draft length", &mut s.draft_len, 1..=16, 1.0));
     ui.checkbox(&mut s.adaptive, "adaptive draft length").on_hover_text(
         "Chooses k each round from measured acceptance and draft/verify costs; may fall back to target-only steps",
     );
@@ -92,6 +94,28 @@ fn mentor_ui(s: &mut Settings, ui: &mut egui::Ui) {
          target's token is one of them, the round keeps it and the target's next token instead of ending. \
          The text stays exactly what it would be without them. The inspector lists each position's checked \
          candidates.",
+    );
+    tree_ui(s, ui);
+}
+
+/// A tree of candidates instead of a chain (same-seed coupling only): its width here, its depth
+/// the draft length.
+fn tree_ui(s: &mut Settings, ui: &mut egui::Ui) {
+    let same_seed = s.coupling == Coupling::SameSeed;
+    ui.add_enabled_ui(same_seed, |ui| {
+        ui.horizontal(|ui| {
+            ui.checkbox(&mut s.tree, "same seed: draft a tree of candidates");
+            let l = ui.label("Tree width");
+            ui.add_enabled(s.tree, egui::DragValue::new(&mut s.tree_width).range(2..=MAX_TREE_WIDTH)).labelled_by(l.id);
+        })
+    })
+    .response
+    .on_hover_text(
+        "Each round the draft offers its first choices at every depth (as deep as the draft length), \
+         and the target verifies the whole tree in one forward pass; the walk follows the target's own \
+         token down the tree. The text is exactly the chain's, so a tree can only raise acceptance; \
+         each node is one more row of the verify forward. Needs an independent draft. The inspector \
+         shows, at each depth of a round, the candidates that were verified there.",
     );
 }
 

@@ -85,17 +85,37 @@ fn round_ui(ui: &mut egui::Ui, view: &PaneView, r: usize) {
             info.n_proposed, info.n_copied, info.n_accepted, info.n_emitted
         ));
     }
+    let tokens: Vec<&TokenInfo> = view.tokens.iter().filter(|tok| tok.round == Some(r)).collect();
+    if tokens.iter().any(|tok| !candidates(tok).is_empty()) {
+        ui.weak("At each depth: the token the walk emitted, then the other candidates the target verified there.");
+    }
     ui.horizontal_wrapped(|ui| {
-        ui.spacing_mut().item_spacing.x = 4.0;
-        for tok in view.tokens.iter().filter(|tok| tok.round == Some(r)) {
-            let dark = ui.visuals().dark_mode;
-            let mut text = RichText::new(shown(&tok.text)).monospace();
-            if let Some(c) = super::ui_panes::source_color(tok.source, dark) {
-                text = text.background_color(c);
-            }
-            ui.label(text).on_hover_text(source_name(tok.source));
+        ui.spacing_mut().item_spacing.x = 6.0;
+        for tok in tokens {
+            ui.vertical(|ui| {
+                let dark = ui.visuals().dark_mode;
+                let mut text = RichText::new(shown(&tok.text)).monospace();
+                if let Some(c) = super::ui_panes::source_color(tok.source, dark) {
+                    text = text.background_color(c);
+                }
+                ui.label(text).on_hover_text(source_name(tok.source));
+                for (x, why) in candidates(tok) {
+                    let name = tok.top.iter().find(|e| e.id == x).map(|e| shown(&e.text)).unwrap_or(format!("id {x}"));
+                    ui.weak(RichText::new(format!("{why} {name}")).monospace().small());
+                }
+            });
         }
     });
+}
+
+/// The candidates verified at a token's position besides the emitted one: the drafted token
+/// ("rejected", or "not taken" where the walk took one of its runners-up instead), and the draft's
+/// runners-up verified beside it ("also").
+fn candidates(t: &TokenInfo) -> Vec<(u32, &'static str)> {
+    let why = if t.offers.contains(&t.id) { "not taken" } else { "rejected" };
+    let mut out: Vec<(u32, &'static str)> = t.drafted.filter(|&x| x != t.id).map(|x| (x, why)).into_iter().collect();
+    out.extend(t.offers.iter().filter(|&&o| o != t.id && Some(o) != t.drafted).map(|&o| (o, "also")));
+    out
 }
 
 fn top_table_ui(ui: &mut egui::Ui, t: &TokenInfo) {

@@ -80,8 +80,14 @@ fn median_time(repeats: usize, f: &mut dyn FnMut() -> Result<()>) -> Result<f64>
 fn print_memory(m: &LoadedModel) {
     let (weights, kv) = m.model.memory();
     let mb = |b: f64| b / 1e6;
+    let tiles = match m.model.tile_memory() {
+        0 => String::new(),
+        t => {
+            format!(" (of which {:.0} MB AMX tiles for multi-row products; `--kernel noamx` holds none)", mb(t as f64))
+        }
+    };
     println!(
-        "memory: weights {:.0} MB ({:.2}x the {:.0} MB file), KV cache {:.0} MB per 1,000 tokens of context{}",
+        "memory: weights {:.0} MB ({:.2}x the {:.0} MB file){tiles}, KV cache {:.0} MB per 1,000 tokens of context{}",
         mb(weights as f64),
         weights as f64 / m.info.file_size.max(1) as f64,
         mb(m.info.file_size as f64),

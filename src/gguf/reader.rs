@@ -18,6 +18,11 @@ pub const MAX_METADATA_VALUES: u64 = 1 << 22;
 const MAX_ARRAY_DEPTH: usize = 4;
 /// ggml's GGML_MAX_DIMS.
 const MAX_TENSOR_DIMS: u32 = 4;
+/// The longest metadata key GGUF allows (its specification: 65,535 bytes).
+const MAX_KEY_BYTES: u64 = 65_535;
+/// The longest tensor name accepted: ggml's own limit is 63 bytes, so anything near this is
+/// damage (and a name goes into error messages, which must stay readable).
+const MAX_TENSOR_NAME_BYTES: u64 = 1024;
 const DEFAULT_ALIGNMENT: u64 = 32;
 /// Largest `general.alignment` accepted (ggml writers use 32; anything this large is damage).
 const MAX_ALIGNMENT: u64 = 1 << 16;
@@ -98,8 +103,16 @@ impl<R: Read> Header<'_, R> {
     }
 
     fn string(&mut self, what: &dyn Fn() -> String) -> HResult<String> {
+        self.string_up_to(u64::MAX, what)
+    }
+
+    /// A string of at most `max` bytes (a key or a name, which error messages quote).
+    fn string_up_to(&mut self, max: u64, what: &dyn Fn() -> String) -> HResult<String> {
         let start = self.pos;
         let n = self.len(what)?;
+        if n > max {
+            return corrupt(format!("{} at byte {start} is {n} bytes long (at most {max})", what()));
+        }
         if n > self.remaining() {
             return corrupt(format!(
                 "{} at byte {start} claims {n} bytes but only {} are left in the file",
@@ -256,7 +269,7 @@ pub fn read_content(r: &mut impl Read, file_size: u64) -> HResult<Content> {
 
     let mut metadata = HashMap::new();
     for i in 0..n_kv {
-        let key = h.string(&|| format!("metadata key #{i}"))?;
+        let key = h.string_up_to(MAX_KEY_BYTES, &|| format!("metadata key #{i}"))?;
         let what = || format!("metadata `{key}`");
         let ty = h.u32(&what)?;
         check_value_type(ty, &what)?;
@@ -268,7 +281,7 @@ pub fn read_content(r: &mut impl Read, file_size: u64) -> HResult<Content> {
 
     let mut tensor_infos = HashMap::new();
     for i in 0..n_tensors {
-        let name = h.string(&|| format!("tensor name #{i}"))?;
+        let name = h.string_up_to(MAX_TENSOR_NAME_BYTES, &|| format!("tensor name #{i}"))?;
         let what = || format!("tensor `{name}`");
         let n_dims = h.u32(&what)?;
         if n_dims > MAX_TENSOR_DIMS {

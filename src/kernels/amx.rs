@@ -24,7 +24,7 @@
 //! multiplies measured ~2x slower), and keeping the weights unpacked instead doubles the bytes a
 //! verify pass reads (`cost`: 4 tokens 1.52x → 1.75x a step).
 
-use super::{chunks, Q8Rows, BLOCK};
+use super::{chunks, concat, Q8Rows, BLOCK};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -235,9 +235,9 @@ impl AmxTiles {
         Some(AmxTiles {
             groups: parts.iter().map(|p| p.groups).sum(),
             signed: parts[0].signed,
-            weights: parts.iter().flat_map(|p| p.weights.iter().copied()).collect(),
-            d: parts.iter().flat_map(|p| p.d.iter().copied()).collect(),
-            m: parts.iter().flat_map(|p| p.m.iter().copied()).collect(),
+            weights: concat(parts.iter().map(|p| &p.weights[..])),
+            d: concat(parts.iter().map(|p| &p.d[..])),
+            m: concat(parts.iter().map(|p| &p.m[..])),
             lanes: parts[0].lanes.clone(),
         })
     }

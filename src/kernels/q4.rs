@@ -67,7 +67,7 @@ impl Q4Matrix {
             n_out: parts.iter().map(|m| m.n_out).sum(),
             n_in,
             scales: Scales::stack(&parts.iter().map(|m| &m.scales).collect::<Vec<_>>())?,
-            nibbles: parts.iter().flat_map(|m| m.nibbles.iter().copied()).collect(),
+            nibbles: concat(parts.iter().map(|m| &m.nibbles[..])),
             amx: amx::AmxTiles::stack(
                 &parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(),
                 &parts.iter().map(|m| m.n_out).collect::<Vec<_>>(),
@@ -149,6 +149,11 @@ impl Q4Matrix {
             Scales::Super { d, dmin, sc, mn } => 4 * (d.len() + dmin.len()) + sc.len() + mn.len(),
         };
         self.nibbles.len() + scales + self.amx.as_ref().map_or(0, |a| a.bytes())
+    }
+
+    /// Bytes of the AMX tile copy alone (see [`Q8Matrix::tile_bytes`]).
+    pub fn tile_bytes(&self) -> usize {
+        self.amx.as_ref().map_or(0, |a| a.bytes())
     }
 
     pub fn matmul(&self, x: &[f32], n_rows: usize) -> Vec<f32> {

@@ -31,7 +31,7 @@ impl Scales {
     /// The parts' scales one after another, if they are all of one kind.
     pub(super) fn stack(parts: &[&Scales]) -> Option<Scales> {
         fn cat<T: Copy>(parts: &[&Vec<T>]) -> Vec<T> {
-            parts.iter().flat_map(|v| v.iter().copied()).collect()
+            concat(parts.iter().map(|v| &v[..]))
         }
         let blocks: Option<Vec<_>> =
             parts.iter().map(|s| if let Scales::Block { d, m } = s { Some((d, m)) } else { None }).collect();

@@ -115,12 +115,12 @@ impl Q6Matrix {
     /// The matrices' rows one after another (all with the same `n_in`), like [`Q8Matrix::stack`].
     pub fn stack(parts: &[&Q6Matrix]) -> Option<Q6Matrix> {
         let n_in = common_width(parts.iter().map(|m| m.n_in))?;
-        let cat = |f: &dyn Fn(&Q6Matrix) -> &[u8]| parts.iter().flat_map(|m| f(m).iter().copied()).collect::<Vec<u8>>();
+        let cat = |f: &dyn Fn(&Q6Matrix) -> &[u8]| concat(parts.iter().map(|m| f(m)));
         Some(Q6Matrix {
             n_out: parts.iter().map(|m| m.n_out).sum(),
             n_in,
-            d: parts.iter().flat_map(|m| m.d.iter().copied()).collect(),
-            scales: parts.iter().flat_map(|m| m.scales.iter().copied()).collect(),
+            d: concat(parts.iter().map(|m| &m.d[..])),
+            scales: concat(parts.iter().map(|m| &m.scales[..])),
             low: cat(&|m| &m.low),
             high: cat(&|m| &m.high),
         })

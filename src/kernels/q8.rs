@@ -28,9 +28,9 @@ impl Q8Matrix {
         Some(Q8Matrix {
             n_out: parts.iter().map(|m| m.n_out).sum(),
             n_in,
-            scales: parts.iter().flat_map(|m| m.scales.iter().copied()).collect(),
-            quants: parts.iter().flat_map(|m| m.quants.iter().copied()).collect(),
-            wsum: parts.iter().flat_map(|m| m.wsum.iter().copied()).collect(),
+            scales: concat(parts.iter().map(|m| &m.scales[..])),
+            quants: concat(parts.iter().map(|m| &m.quants[..])),
+            wsum: concat(parts.iter().map(|m| &m.wsum[..])),
             amx: amx::AmxTiles::stack(
                 &parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(),
                 &parts.iter().map(|m| m.n_out).collect::<Vec<_>>(),
@@ -107,6 +107,11 @@ impl Q8Matrix {
     /// Bytes held (the AMX copy included).
     pub fn bytes(&self) -> usize {
         4 * self.scales.len() + self.quants.len() + 2 * self.wsum.len() + self.amx.as_ref().map_or(0, |a| a.bytes())
+    }
+
+    /// Bytes of the AMX tile copy alone (0 where the CPU has no AMX or the path is off).
+    pub fn tile_bytes(&self) -> usize {
+        self.amx.as_ref().map_or(0, |a| a.bytes())
     }
 
     pub fn matmul(&self, x: &[f32], n_rows: usize) -> Vec<f32> {

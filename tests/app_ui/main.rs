@@ -245,6 +245,39 @@ fn sliders_change_what_the_next_run_sends() {
 }
 
 #[test]
+fn a_tree_of_candidates_is_sent_with_the_draft_length_as_its_depth() {
+    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = harness(app);
+    h.run_steps(2);
+    h.get_by_label("same seed: draft a tree of candidates").click();
+    // The draft length is the tree's depth, even with the adaptive length on.
+    h.get_by_label("adaptive draft length").click();
+    h.run_steps(2);
+    h.get_by_role_and_label(Role::Slider, "Draft length").focus();
+    h.run_steps(1);
+    h.key_press(egui::Key::ArrowLeft);
+    h.run_steps(2);
+    assert_eq!(h.state().settings.draft_len, 7);
+    assert_eq!(h.state().settings.mentored_label(), "TV=0.50, tree 2x7");
+    rig.commands();
+    h.get_by_label("Run").click();
+    h.run_steps(2);
+    let (run_id, _, mentored, _) = compare_of(rig.commands());
+    assert_eq!(mentored.tree, Some(mentor_lab::generate::TreeShape { width: 2, depth: 7 }));
+    assert!(mentored.validate().is_ok());
+    rig.send(EngineEvent::Done { run_id });
+    h.run_steps(2);
+    // Trees are verified under the same-seed coupling only: max-acceptance sends a chain.
+    h.get_by_label("max acceptance").click();
+    h.run_steps(2);
+    h.get_by_label("Run").click();
+    h.run_steps(2);
+    let (_, _, mentored, _) = compare_of(rig.commands());
+    assert_eq!(mentored.tree, None);
+    assert_eq!(mentored.coupling, Coupling::MaxAcceptance);
+}
+
+#[test]
 fn run_and_stop_send_the_right_commands() {
     let (app, rig) = app_with(Settings::default(), no_dialogs());
     let mut h = harness(app);

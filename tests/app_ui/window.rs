@@ -171,6 +171,10 @@ fn clicking_a_token_pins_the_inspector() {
     h.get_by_label_contains("The draft proposed \"alt7\": rejected");
     h.get_by_label_contains("Also verified here, the draft's runners-up: \"other7\".");
     h.get_by_label_contains("Round 0: 4 proposed");
+    // The round at each depth: the emitted token, then the candidates verified beside it.
+    h.get_by_label_contains("At each depth: the token the walk emitted");
+    h.get_by_label("rejected \"alt7\"");
+    h.get_by_label("also \"other7\"");
     // A target-only token shows p alone.
     h.get_by_label(" glowed").click();
     h.run_steps(3);

@@ -62,6 +62,20 @@ fn hostile_sizes_are_errors_before_allocation() {
     // Five dimensions (ggml has at most four).
     let d = corrupt_detail(&patch_after(&base, "output_norm.weight", 0, &5u32.to_le_bytes()));
     assert!(d.contains("5 dimensions"), "{d}");
+
+    // Names and keys longer than any writer makes, which error messages would quote (a 16 MB
+    // name of invalid UTF-8 became a 50 MB message): refused before they are read.
+    let with_len_before = |needle: &str, len: u64| {
+        let at = find(&base, needle.as_bytes()).unwrap() - 8;
+        let mut b = base.clone();
+        b[at..at + 8].copy_from_slice(&len.to_le_bytes());
+        b
+    };
+    let d = corrupt_detail(&with_len_before("blk.0.attn_q.weight", 2000));
+    assert!(d.contains("tensor name") && d.contains("2000 bytes long (at most 1024)"), "{d}");
+    assert!(base.len() > 70_000, "the synthetic model is large enough for a 65,536-byte key");
+    let d = corrupt_detail(&with_len_before("general.name", 65_536));
+    assert!(d.contains("metadata key") && d.contains("65536 bytes long (at most 65535)"), "{d}");
 }
 
 /// A header with one more metadata entry, `key` = u32 `value`, right after the counts.
