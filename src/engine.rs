@@ -14,6 +14,7 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 /// Open, validate and load one GGUF model with its tokenizer, with the process's options.
 pub fn load_model(path: &Path, format: WeightFormat, device: &Device) -> Result<LoadedModel> {
@@ -28,9 +29,30 @@ pub fn load_model_with(
     options: &EngineOptions,
 ) -> Result<LoadedModel> {
     let file = ModelFile::open(path)?;
-    let tokenizer = TextTokenizer::from_model_file(&file)?;
-    let model = Transformer::load_with(&file, format, device, options)?;
+    let tokenizer = Arc::new(TextTokenizer::from_model_file(&file)?);
+    load_file(&file, tokenizer, format, device, options)
+}
+
+/// Load an opened file's weights, with its tokenizer already built.
+fn load_file(
+    file: &ModelFile,
+    tokenizer: Arc<TextTokenizer>,
+    format: WeightFormat,
+    device: &Device,
+    options: &EngineOptions,
+) -> Result<LoadedModel> {
+    let model = Transformer::load_with(file, format, device, options)?;
     Ok(LoadedModel { model, tokenizer, info: file.info() })
+}
+
+/// A draft's tokenizer: the target's own where both files describe the same one (one copy in
+/// memory, built once), else its own.
+fn draft_tokenizer(draft: &ModelFile, target: &LoadedModel, target_digest: u64) -> Result<Arc<TextTokenizer>> {
+    if crate::tokenizer::source_digest(draft) == target_digest {
+        target.tokenizer.check_fits(draft.config.n_vocab, &draft.path)?;
+        return Ok(Arc::clone(&target.tokenizer));
+    }
+    Ok(Arc::new(TextTokenizer::from_model_file(draft)?))
 }
 
 /// Which models to load. `None` means the default: the default target (fetched if missing), the
@@ -94,14 +116,16 @@ impl Engine {
             None => models::ensure_default_target(&mut |p| progress(LoadStep::Fetch(p)))?,
         };
         let file = ModelFile::open(&target_path)?;
-        TextTokenizer::from_model_file(&file)?;
+        let tokenizer = Arc::new(TextTokenizer::from_model_file(&file)?);
+        let target_digest = crate::tokenizer::source_digest(&file);
         progress(LoadStep::Checked);
         let device = crate::model::default_device();
         if let Some(note) = crate::model::device_note() {
             progress(LoadStep::Notice(note));
         }
         progress(LoadStep::Loading(&target_path));
-        let target = load_model_with(&target_path, choice.weights, &device, options)?;
+        let target = load_file(&file, tokenizer, choice.weights, &device, options)?;
+        drop(file);
         let draft_path = match (&choice.draft, draft_use) {
             (_, DraftUse::Skip) => None,
             (Some(p), _) => Some(models::resolve_draft(p)),
@@ -114,7 +138,9 @@ impl Engine {
             None => Ok(None),
             Some(path) => path.and_then(|p| {
                 progress(LoadStep::Loading(&p));
-                let d = load_model_with(&p, choice.weights, &device, options)?;
+                let dfile = ModelFile::open(&p)?;
+                let tokenizer = draft_tokenizer(&dfile, &target, target_digest)?;
+                let d = load_file(&dfile, tokenizer, choice.weights, &device, options)?;
                 crate::generate::check_vocab(&target, &d)?;
                 Ok(Some(d))
             }),

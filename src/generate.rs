@@ -176,7 +176,8 @@ pub enum GenEvent {
 /// A model and its tokenizer.
 pub struct LoadedModel {
     pub model: Transformer,
-    pub tokenizer: TextTokenizer,
+    /// Shared with the other model of a pair when both files describe the same tokenizer.
+    pub tokenizer: std::sync::Arc<TextTokenizer>,
     pub info: crate::gguf::ModelInfo,
 }
 

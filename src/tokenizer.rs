@@ -58,7 +58,59 @@ fn meta_u32(file: &ModelFile, key: &str) -> Option<u32> {
     })
 }
 
+/// A digest of everything a tokenizer is built from: every `tokenizer.*` metadata entry, and
+/// whether a `tokenizer.json` lies beside the file (which then wins). Two files with the same
+/// digest build the same tokenizer, so a target and its draft can share one.
+pub fn source_digest(file: &ModelFile) -> u64 {
+    use std::hash::{Hash, Hasher};
+    fn value(v: &Value, h: &mut std::collections::hash_map::DefaultHasher) {
+        match v {
+            Value::U8(x) => (0u8, *x).hash(h),
+            Value::I8(x) => (1u8, *x).hash(h),
+            Value::U16(x) => (2u8, *x).hash(h),
+            Value::I16(x) => (3u8, *x).hash(h),
+            Value::U32(x) => (4u8, *x).hash(h),
+            Value::I32(x) => (5u8, *x).hash(h),
+            Value::U64(x) => (6u8, *x).hash(h),
+            Value::I64(x) => (7u8, *x).hash(h),
+            Value::F32(x) => (8u8, x.to_bits()).hash(h),
+            Value::F64(x) => (9u8, x.to_bits()).hash(h),
+            Value::Bool(x) => (10u8, *x).hash(h),
+            Value::String(x) => (11u8, x).hash(h),
+            Value::Array(items) => {
+                (12u8, items.len()).hash(h);
+                items.iter().for_each(|item| value(item, h));
+            }
+        }
+    }
+    let mut keys: Vec<&String> = file.metadata().keys().filter(|k| k.starts_with("tokenizer.")).collect();
+    keys.sort();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    file.path.with_file_name("tokenizer.json").is_file().hash(&mut h);
+    for k in keys {
+        k.hash(&mut h);
+        value(&file.metadata()[k], &mut h);
+    }
+    h.finish()
+}
+
 impl TextTokenizer {
+    /// Whether this tokenizer suits a model of `n_vocab` embedding rows: every id it can produce
+    /// must have a row (the file at `path` is named in the error).
+    pub fn check_fits(&self, n_vocab: usize, path: &std::path::Path) -> Result<()> {
+        let n_ids = self.tokens.len().max(self.inner.get_vocab_size(true));
+        if n_ids > n_vocab {
+            return Err(EngineError::Tokenizer {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "the tokenizer has {n_ids} tokens but the model has only {n_vocab} embedding rows; the file is \
+                     damaged or mixes two models: download it again"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     pub fn from_model_file(file: &ModelFile) -> Result<TextTokenizer> {
         let err = |detail: String| EngineError::Tokenizer { path: file.path.clone(), detail };
         let tokens = meta_strings(file, "tokenizer.ggml.tokens")
@@ -69,16 +121,6 @@ impl TextTokenizer {
         } else {
             build_bpe(file, &tokens).map_err(err)?
         };
-        // An id the model has no embedding row for would be an out-of-range lookup at the first
-        // forward: a file whose tokenizer outgrows its model is refused here.
-        let n_vocab = file.config.n_vocab;
-        let n_ids = tokens.len().max(inner.get_vocab_size(true));
-        if n_ids > n_vocab {
-            return Err(err(format!(
-                "the tokenizer has {n_ids} tokens but the model has only {n_vocab} embedding rows; the file is \
-                 damaged or mixes two models: download it again"
-            )));
-        }
         let bos_id = meta_u32(file, "tokenizer.ggml.bos_token_id");
         let eos_id = meta_u32(file, "tokenizer.ggml.eos_token_id");
         let add_bos =
@@ -98,7 +140,20 @@ impl TextTokenizer {
             }
         }
         let chat_template = file.meta_str("tokenizer.chat_template").map(str::to_string);
-        Ok(TextTokenizer { inner, tokens, bos_id, eos_id, stop_ids, add_bos, chat_template, source: file.path.clone() })
+        let tok = TextTokenizer {
+            inner,
+            tokens,
+            bos_id,
+            eos_id,
+            stop_ids,
+            add_bos,
+            chat_template,
+            source: file.path.clone(),
+        };
+        // An id the model has no embedding row for would be an out-of-range lookup at the first
+        // forward: a file whose tokenizer outgrows its model is refused here.
+        tok.check_fits(file.config.n_vocab, &file.path)?;
+        Ok(tok)
     }
 
     pub fn vocab_size(&self) -> usize {

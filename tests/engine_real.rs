@@ -462,3 +462,36 @@ fn engine_options_choose_the_paths_of_one_load() {
     assert!(fast.weight_desc.contains("batched kernel"), "{}", fast.weight_desc);
     assert!(!candle.weight_desc.contains("batched kernel"), "{}", candle.weight_desc);
 }
+
+/// A pair whose files describe the same tokenizer holds one copy of it, which encodes as the
+/// draft's own would; whether a pair shares is decided by the files' tokenizer metadata.
+#[test]
+fn a_pair_with_one_tokenizer_shares_it() {
+    use mentor_lab::engine::{DraftUse, ModelChoice};
+    use mentor_lab::gguf::ModelFile;
+    use mentor_lab::tokenizer::source_digest;
+    let choice = ModelChoice { target: Some(target_path()), ..ModelChoice::default() };
+    let options = mentor_lab::options::current();
+    let pair = Engine::load(&choice, DraftUse::Required, &options, &mut |_| {}).unwrap().engine;
+    let draft = pair.draft.as_ref().unwrap();
+    let digest = |p: &std::path::Path| source_digest(&ModelFile::open(p).unwrap());
+    let (t, d) = (digest(&pair.target.info.path), digest(&draft.info.path));
+    assert_eq!(t, d, "the shipped draft carries the default target's tokenizer metadata");
+    assert!(std::sync::Arc::ptr_eq(&pair.target.tokenizer, &draft.tokenizer), "one tokenizer for the pair");
+    // The feature draft's file describes it differently or not: either way the digest decides.
+    let feature = mentor_lab::models::feature_draft().unwrap();
+    let choice = ModelChoice { target: Some(target_path()), draft: Some(feature.clone()), ..ModelChoice::default() };
+    let with_feature = Engine::load(&choice, DraftUse::Required, &options, &mut |_| {}).unwrap().engine;
+    let shared =
+        std::sync::Arc::ptr_eq(&with_feature.target.tokenizer, &with_feature.draft.as_ref().unwrap().tokenizer);
+    assert_eq!(shared, digest(&feature) == t);
+    {
+        // The shared tokenizer encodes as the draft's own would.
+        let own =
+            mentor_lab::tokenizer::TextTokenizer::from_model_file(&ModelFile::open(&draft.info.path).unwrap()).unwrap();
+        let text = "Hello, world! 12345 ünïcödé";
+        assert_eq!(own.encode(text).unwrap(), draft.tokenizer.encode(text).unwrap());
+        assert_eq!(own.chat_template, draft.tokenizer.chat_template);
+        assert_eq!(own.stop_ids, draft.tokenizer.stop_ids);
+    }
+}
