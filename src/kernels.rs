@@ -240,13 +240,13 @@ macro_rules! pairs_vnni512 {
     ($self:ident, $outs:ident, $xq:ident, $local:ident) => {
         pairs_vnni512!($self, $outs, $xq, $local, group_vnni512_pair, group_vnni512)
     };
-    ($self:ident, $outs:ident, $xq:ident, $local:ident, $pair:ident, $single:ident) => {{
+    ($self:ident, $outs:ident, $xq:ident, $local:ident, $pair:ident, $single:ident $([$($g:ident),*])?) => {{
         let end = $outs.end;
         for_output_groups($outs, $xq.n_rows, MAX_GROUP, 2, $local, |o, r0, n, out| {
             if end - o >= 2 {
-                dispatch_group!($self, $pair, o, r0, n, $xq, out)
+                dispatch_group!($self, $pair[$($($g),*)?], o, r0, n, $xq, out)
             } else {
-                dispatch_group!($self, $single, o, r0, n, $xq, out)
+                dispatch_group!($self, $single[$($($g),*)?], o, r0, n, $xq, out)
             }
         })
     }};
@@ -259,12 +259,16 @@ macro_rules! dispatch_group {
         dispatch_group!($self, group_avx2, $o, $r0, $n, $xq, $out)
     };
     ($self:ident, $f:ident, $o:ident, $r0:ident, $n:ident, $xq:ident, $out:ident) => {
+        dispatch_group!($self, $f[], $o, $r0, $n, $xq, $out)
+    };
+    // With the function's further const arguments after the group size.
+    ($self:ident, $f:ident [$($g:ident),*], $o:ident, $r0:ident, $n:ident, $xq:ident, $out:ident) => {
         match $n {
-            1 => $self.$f::<1>($o, $r0, $xq, $out),
-            2 => $self.$f::<2>($o, $r0, $xq, $out),
-            3 => $self.$f::<3>($o, $r0, $xq, $out),
-            4 => $self.$f::<4>($o, $r0, $xq, $out),
-            _ => $self.$f::<5>($o, $r0, $xq, $out),
+            1 => $self.$f::<1 $(, $g)*>($o, $r0, $xq, $out),
+            2 => $self.$f::<2 $(, $g)*>($o, $r0, $xq, $out),
+            3 => $self.$f::<3 $(, $g)*>($o, $r0, $xq, $out),
+            4 => $self.$f::<4 $(, $g)*>($o, $r0, $xq, $out),
+            _ => $self.$f::<5 $(, $g)*>($o, $r0, $xq, $out),
         }
     };
 }
@@ -349,9 +353,8 @@ impl RowsAsF32 for Q4Matrix {
         (self.n_out, self.n_in)
     }
     fn row_f32(&self, row: usize, out: &mut [f32]) {
-        let (n_in, nb) = (self.n_in, self.n_in / BLOCK);
-        let q = unpack_q4_row(&self.nibbles[row * n_in / 2..(row + 1) * n_in / 2], n_in);
-        for (i, (o, &q)) in out.iter_mut().zip(&q).enumerate() {
+        let nb = self.n_in / BLOCK;
+        for (i, (o, &q)) in out.iter_mut().zip(&self.quants_row(row)).enumerate() {
             let (d, m) = self.scales.get(row * nb + i / BLOCK);
             *o = d * q as f32 + m;
         }
@@ -387,6 +390,7 @@ mod kquants;
 mod layout;
 mod q4;
 mod q4_scales;
+mod q5;
 mod q6k;
 mod q8;
 use activations::*;
@@ -396,6 +400,8 @@ pub use q4::Q4Matrix;
 #[allow(unused_imports)]
 use q4::*;
 use q4_scales::*;
+pub use q5::SmallBlocks;
+use q5::*;
 pub use q6k::Q6Matrix;
 pub use q8::Q8Matrix;
 #[allow(unused_imports)]

@@ -1,4 +1,5 @@
-//! Q4_1 / Q4_0 weight matrices in the file's own 4-bit blocks: layout and row kernels.
+//! 4- and 5-bit weight matrices (Q4_0, Q4_1, Q4_K; Q5_0, Q5_1, Q5_K through [`super::q5`]) in
+//! the file's own blocks: layout and row kernels.
 
 use super::*;
 
@@ -20,6 +21,9 @@ pub struct Q4Matrix {
     pub n_in: usize,
     pub(super) scales: Scales,
     pub(super) nibbles: Vec<u8>, // (n_out, n_in / 2), each row packed by `pack_q4_row`
+    /// The 5-bit formats' fifth bits, `high_row_bytes(n_in)` per row ([`pack_high_row`]); empty
+    /// for the 4-bit ones.
+    pub(super) high: Vec<u8>,
     /// The same weights in AMX's tile layout, where this process can run it (calls of
     /// `min_rows` rows or more take it).
     pub(super) amx: Option<amx::AmxTiles>,
@@ -45,6 +49,11 @@ pub(super) fn pack_q4_row(q: &[u8], packed: &mut [u8]) {
 
 /// The inverse of [`pack_q4_row`]: weight i's quant for i in 0..n_in.
 pub(super) fn unpack_q4_row(packed: &[u8], n_in: usize) -> Vec<u8> {
+    deinterleave_row(&unpack_q4_il(packed, n_in))
+}
+
+/// The quants of a packed row in the chunk layout (before [`deinterleave_row`]).
+pub(super) fn unpack_q4_il(packed: &[u8], n_in: usize) -> Vec<u8> {
     let mut il = vec![0u8; n_in];
     for (b0, size) in chunks(n_in / BLOCK) {
         let (src, dst) = (&packed[b0 * BLOCK / 2..(b0 + size) * BLOCK / 2], &mut il[b0 * BLOCK..(b0 + size) * BLOCK]);
@@ -56,7 +65,7 @@ pub(super) fn unpack_q4_row(packed: &[u8], n_in: usize) -> Vec<u8> {
             }
         }
     }
-    deinterleave_row(&il)
+    il
 }
 
 impl Q4Matrix {
@@ -68,6 +77,7 @@ impl Q4Matrix {
             n_in,
             scales: Scales::stack(&parts.iter().map(|m| &m.scales).collect::<Vec<_>>())?,
             nibbles: concat(parts.iter().map(|m| &m.nibbles[..])),
+            high: stack_high(parts, n_in),
             amx: amx::AmxTiles::stack(
                 &parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(),
                 &parts.iter().map(|m| m.n_out).collect::<Vec<_>>(),
@@ -83,63 +93,79 @@ impl Q4Matrix {
             nibbles.extend_from_slice(self.nibbles.get(r as usize * nh..(r as usize + 1) * nh)?);
         }
         let scales = self.scales.select_rows(rows, self.n_in / BLOCK)?;
-        Some(Q4Matrix { n_out: rows.len(), n_in: self.n_in, scales, nibbles, amx: None })
+        let high = select_high(&self.high, rows, self.n_in)?;
+        Some(Q4Matrix { n_out: rows.len(), n_in: self.n_in, scales, nibbles, high, amx: None })
     }
 
     /// Repack GGML Q4_1 (`min = true`: f16 d, f16 m, 16 bytes) or Q4_0 (f16 d, 16 bytes) bytes.
     pub fn from_ggml_bytes(bytes: &[u8], n_out: usize, n_in: usize, min: bool) -> Option<Q4Matrix> {
-        let block_bytes = if min { 20 } else { 18 };
+        Self::from_blocks(bytes, n_out, n_in, if min { SmallBlocks::Q4_1 } else { SmallBlocks::Q4_0 })
+    }
+
+    /// Read a file's blocks of 32 weights with their own f16 scale (Q4_0, Q4_1, Q5_0, Q5_1) as
+    /// they are: block d and m in f32, the quants' low 4 bits as nibbles, the fifth beside them.
+    pub fn from_blocks(bytes: &[u8], n_out: usize, n_in: usize, format: SmallBlocks) -> Option<Q4Matrix> {
+        let block_bytes = format.bytes();
         if !n_in.is_multiple_of(BLOCK) || bytes.len() != n_out.checked_mul(n_in / BLOCK * block_bytes)? {
             return None;
         }
         let n_blocks = n_out * n_in / BLOCK;
         let (mut d, mut m) = (Vec::with_capacity(n_blocks), Vec::with_capacity(n_blocks));
-        let mut nibbles = vec![0u8; n_out * n_in / 2];
+        let mut rows = PackedRows::new(n_out, n_in, format.five());
         let mut plain = vec![0u8; n_in];
         if n_in > 0 {
-            for (row, packed) in bytes.chunks_exact(n_in / BLOCK * block_bytes).zip(nibbles.chunks_exact_mut(n_in / 2))
-            {
+            for (o, row) in bytes.chunks_exact(n_in / BLOCK * block_bytes).enumerate() {
                 for (blk, q) in row.chunks_exact(block_bytes).zip(plain.chunks_exact_mut(BLOCK)) {
-                    let scale = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                    let (scale, offset) = format.block(blk, q);
                     d.push(scale);
-                    m.push(if min { half::f16::from_le_bytes([blk[2], blk[3]]).to_f32() } else { -8.0 * scale });
-                    for (j, &byte) in blk[block_bytes - 16..].iter().enumerate() {
-                        q[j] = byte & 0x0F;
-                        q[j + 16] = byte >> 4;
-                    }
+                    m.push(offset);
                 }
-                pack_q4_row(&plain, packed);
+                rows.pack(o, &plain);
             }
         }
-        let amx = amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &d, &m);
-        Some(Q4Matrix { n_out, n_in, scales: Scales::Block { d, m }, nibbles, amx })
+        let amx = match format.five() {
+            false => amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &d, &m),
+            true => None,
+        };
+        let (nibbles, high) = rows.finish();
+        Some(Q4Matrix { n_out, n_in, scales: Scales::Block { d, m }, nibbles, high, amx })
     }
 
     /// Read GGML Q4_K bytes as they are: each sub-block of 32 weights has its own scale and min,
     /// which become this layout's per-block d and m ([`Scales::Super`]). (No AMX tiles.)
     pub fn from_q4k_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q4Matrix> {
-        use kquants::{Q4K_BYTES, QK_K};
-        let ns = n_in / QK_K;
-        if n_in == 0 || !n_in.is_multiple_of(QK_K) || bytes.len() != n_out.checked_mul(ns * Q4K_BYTES)? {
+        Self::from_k_bytes(bytes, n_out, n_in, false)
+    }
+
+    /// Q5_K bytes as they are: Q4_K's scales and nibbles, with a fifth bit per quant.
+    pub fn from_q5k_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q4Matrix> {
+        Self::from_k_bytes(bytes, n_out, n_in, true)
+    }
+
+    fn from_k_bytes(bytes: &[u8], n_out: usize, n_in: usize, five: bool) -> Option<Q4Matrix> {
+        use kquants::{Q4K_BYTES, Q5K_BYTES, QK_K};
+        let (ns, block_bytes) = (n_in / QK_K, if five { Q5K_BYTES } else { Q4K_BYTES });
+        if n_in == 0 || !n_in.is_multiple_of(QK_K) || bytes.len() != n_out.checked_mul(ns * block_bytes)? {
             return None;
         }
         let nb = n_in / BLOCK;
         let (mut d, mut dmin) = (Vec::with_capacity(n_out * ns), Vec::with_capacity(n_out * ns));
         let (mut sc, mut mn) = (vec![0u8; n_out * nb], vec![0u8; n_out * nb]);
-        let mut nibbles = vec![0u8; n_out * n_in / 2];
+        let mut rows = PackedRows::new(n_out, n_in, five);
         let mut plain = vec![0u8; n_in];
-        for (o, (row, packed)) in bytes.chunks_exact(ns * Q4K_BYTES).zip(nibbles.chunks_exact_mut(n_in / 2)).enumerate()
-        {
-            for (s, (blk, q)) in row.chunks_exact(Q4K_BYTES).zip(plain.chunks_exact_mut(QK_K)).enumerate() {
+        for (o, row) in bytes.chunks_exact(ns * block_bytes).enumerate() {
+            for (s, (blk, q)) in row.chunks_exact(block_bytes).zip(plain.chunks_exact_mut(QK_K)).enumerate() {
                 let at = (o * ns + s) * GROUP_BLOCKS;
+                let (sc, mn) = (&mut sc[at..at + GROUP_BLOCKS], &mut mn[at..at + GROUP_BLOCKS]);
                 let (dd, dm) =
-                    kquants::q4k_block(blk, &mut sc[at..at + GROUP_BLOCKS], &mut mn[at..at + GROUP_BLOCKS], q);
+                    if five { kquants::q5k_block(blk, sc, mn, q) } else { kquants::q4k_block(blk, sc, mn, q) };
                 d.push(dd);
                 dmin.push(dm);
             }
-            pack_q4_row(&plain, packed);
+            rows.pack(o, &plain);
         }
-        Some(Q4Matrix { n_out, n_in, scales: Scales::Super { d, dmin, sc, mn }, nibbles, amx: None })
+        let (nibbles, high) = rows.finish();
+        Some(Q4Matrix { n_out, n_in, scales: Scales::Super { d, dmin, sc, mn }, nibbles, high, amx: None })
     }
 
     /// Bytes held (the AMX copy included).
@@ -148,7 +174,7 @@ impl Q4Matrix {
             Scales::Block { d, m } => 4 * (d.len() + m.len()),
             Scales::Super { d, dmin, sc, mn } => 4 * (d.len() + dmin.len()) + sc.len() + mn.len(),
         };
-        self.nibbles.len() + scales + self.amx.as_ref().map_or(0, |a| a.bytes())
+        self.nibbles.len() + self.high.len() + scales + self.amx.as_ref().map_or(0, |a| a.bytes())
     }
 
     /// Bytes of the AMX tile copy alone (see [`Q8Matrix::tile_bytes`]).
@@ -163,7 +189,7 @@ impl Q4Matrix {
     pub(super) fn rows_portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         let nb = self.n_in / BLOCK;
         for (i, o) in outs.enumerate() {
-            let q = unpack_q4_row(&self.nibbles[o * self.n_in / 2..(o + 1) * self.n_in / 2], self.n_in);
+            let q = self.quants_row(o);
             for r in 0..xq.n_rows {
                 let mut acc = 0f32;
                 let mut offset = 0f32;
@@ -179,72 +205,64 @@ impl Q4Matrix {
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
-    group_entry_points!();
-
-    /// Output `o` for activation rows `r0 .. r0 + N` (see [`Q4Matrix::group_body_multi`]).
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    pub(super) unsafe fn group_body<const N: usize, const VNNI: bool, const WIDE: bool>(
-        &self,
-        o: usize,
-        r0: usize,
-        xq: &Q8Rows,
-        out: &mut [f32],
-    ) {
-        self.group_body_multi::<N, 1, VNNI, WIDE>(o, r0, xq, out)
-    }
-
-    /// Outputs `o .. o + U` for activation rows `r0 .. r0 + N`, into `out[u · n_rows + j]`. With
-    /// VNNI, `vpdpbusd` (unsigned 4-bit weights times signed activations, four products summed
-    /// into each 32-bit lane) is one instruction per row and vector instead of a `maddubs` and a
-    /// 16-bit add, with no widening per chunk; the integer sums are the same, so the results are
-    /// identical. With U > 1 each activation vector loaded serves U outputs' weights: the
-    /// arithmetic of each (output, row) is the same operations in the same order as with U = 1.
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    pub(super) unsafe fn group_body_multi<const N: usize, const U: usize, const VNNI: bool, const WIDE: bool>(
-        &self,
-        o: usize,
-        r0: usize,
-        xq: &Q8Rows,
-        out: &mut [f32],
-    ) {
-        self.group_scaled::<N, U, VNNI, WIDE, false>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
-    }
-
-    /// The entry points of [`Q4Matrix::group_body_multi`] for Q4_K's compact scales: the row
-    /// loops (`rows_avx2_impl` …) choose between the two kinds once per call, so that each kind's
-    /// group calls inline into its loop.
+    /// Output `o` (or `o` and `o + 1`: `pair`) for activation rows `r0 .. r0 + N`, with AVX2 +
+    /// FMA, with AVX-512 VNNI on 256-bit vectors, and with 512-bit vectors for whole chunks of 8
+    /// blocks: [`Q4Matrix::group_scaled`] for one kind of scales (`SUPER`: the K formats' compact
+    /// ones) and quants (`HIGH`: with a fifth bit). The row loops choose the kind once per call,
+    /// so that each kind's group calls inline into its loop.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn group_avx2_k<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
-        self.group_scaled::<N, 1, false, false, true>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
+    unsafe fn group_avx2<const N: usize, const SUPER: bool, const HIGH: bool>(
+        &self,
+        o: usize,
+        r0: usize,
+        xq: &Q8Rows,
+        out: &mut [f32],
+    ) {
+        self.group_scaled::<N, 1, false, false, SUPER, HIGH>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
     #[inline]
-    unsafe fn group_vnni_k<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
-        self.group_scaled::<N, 1, true, false, true>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
+    unsafe fn group_vnni<const N: usize, const SUPER: bool, const HIGH: bool>(
+        &self,
+        o: usize,
+        r0: usize,
+        xq: &Q8Rows,
+        out: &mut [f32],
+    ) {
+        self.group_scaled::<N, 1, true, false, SUPER, HIGH>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
     #[inline]
-    unsafe fn group_vnni512_k<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
-        self.group_scaled::<N, 1, true, true, true>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
+    unsafe fn group_vnni512<const N: usize, const SUPER: bool, const HIGH: bool>(
+        &self,
+        o: usize,
+        r0: usize,
+        xq: &Q8Rows,
+        out: &mut [f32],
+    ) {
+        self.group_scaled::<N, 1, true, true, SUPER, HIGH>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
     #[inline]
-    unsafe fn group_vnni512_pair_k<const N: usize>(&self, o: usize, r0: usize, xq: &Q8Rows, out: &mut [f32]) {
-        self.group_scaled::<N, 2, true, true, true>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
+    unsafe fn group_vnni512_pair<const N: usize, const SUPER: bool, const HIGH: bool>(
+        &self,
+        o: usize,
+        r0: usize,
+        xq: &Q8Rows,
+        out: &mut [f32],
+    ) {
+        self.group_scaled::<N, 2, true, true, SUPER, HIGH>(o, r0, xq, out, &ScaleSrc::new(&self.scales))
     }
 
-    /// Whether the scales are Q4_K's compact ones.
+    /// Whether the scales are the K formats' compact ones.
     #[cfg(target_arch = "x86_64")]
     fn k_scales(&self) -> bool {
         matches!(self.scales, Scales::Super { .. })
@@ -252,7 +270,14 @@ impl Q4Matrix {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn group_scaled<const N: usize, const U: usize, const VNNI: bool, const WIDE: bool, const SUPER: bool>(
+    unsafe fn group_scaled<
+        const N: usize,
+        const U: usize,
+        const VNNI: bool,
+        const WIDE: bool,
+        const SUPER: bool,
+        const HIGH: bool,
+    >(
         &self,
         o: usize,
         r0: usize,
@@ -273,19 +298,19 @@ impl Q4Matrix {
         // The same chunks in the same order for any number of rows (see `chunks`).
         let n_groups = nb / GROUP_BLOCKS;
         for g in 0..n_groups {
-            self.chunk::<N, U, 8, VNNI, WIDE, SUPER>(o, g * GROUP_BLOCKS, &rows, &mut acc, src);
+            self.chunk::<N, U, 8, VNNI, WIDE, SUPER, HIGH>(o, g * GROUP_BLOCKS, &rows, &mut acc, src);
         }
         let (mut b0, rest) = (n_groups * GROUP_BLOCKS, nb % GROUP_BLOCKS);
         if rest & 4 != 0 {
-            self.chunk::<N, U, 4, VNNI, false, SUPER>(o, b0, &rows, &mut acc, src);
+            self.chunk::<N, U, 4, VNNI, false, SUPER, HIGH>(o, b0, &rows, &mut acc, src);
             b0 += 4;
         }
         if rest & 2 != 0 {
-            self.chunk::<N, U, 2, VNNI, false, SUPER>(o, b0, &rows, &mut acc, src);
+            self.chunk::<N, U, 2, VNNI, false, SUPER, HIGH>(o, b0, &rows, &mut acc, src);
             b0 += 2;
         }
         if rest & 1 != 0 {
-            self.chunk::<N, U, 1, VNNI, false, SUPER>(o, b0, &rows, &mut acc, src);
+            self.chunk::<N, U, 1, VNNI, false, SUPER, HIGH>(o, b0, &rows, &mut acc, src);
         }
         for u in 0..U {
             for j in 0..N {
@@ -298,10 +323,12 @@ impl Q4Matrix {
     /// row) accumulator.
     ///
     /// Each 32 bytes of the chunk unpack (and, shift, and) into two vectors of unsigned quants in
-    /// the chunk layout, used for all N rows. q ≤ 15 needs no sign fix-up for `maddubs`, and a
-    /// pair sum is at most 2·15·127 = 3810, so up to 8 vectors' 16-bit results add as they are
-    /// (≤ 30480 < 2¹⁵) and widen once per chunk: per row and vector one `maddubs` and one 16-bit
-    /// add, against four operations for Q8_0 without VNNI.
+    /// the chunk layout, used for all N rows; with `HIGH`, each vector then gets its fifth bits
+    /// from the chunk's 32 bytes of plane ([`super::q5`]). q ≤ 15 needs no sign fix-up for
+    /// `maddubs`, and a pair sum is at most 2·15·127 = 3810, so up to 8 vectors' 16-bit results
+    /// add as they are (≤ 30480 < 2¹⁵) and widen once per chunk: per row and vector one `maddubs`
+    /// and one 16-bit add, against four operations for Q8_0 without VNNI. With q ≤ 31 (7874 per
+    /// pair) two vectors' results widen at a time.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub(super) unsafe fn chunk<
@@ -311,6 +338,7 @@ impl Q4Matrix {
         const VNNI: bool,
         const WIDE: bool,
         const SUPER: bool,
+        const HIGH: bool,
     >(
         &self,
         o: usize,
@@ -323,6 +351,16 @@ impl Q4Matrix {
         let nb = self.n_in / BLOCK;
         let nib: [*const u8; U] =
             std::array::from_fn(|u| self.nibbles.as_ptr().add((o + u) * self.n_in / 2 + b0 * BLOCK / 2));
+        // The chunk's 32 bytes of fifth bits: its vector v's are bit b0 % 8 + v.
+        let (plane, bit0): ([__m256i; U], i32) = match HIGH {
+            true => {
+                let hb = high_row_bytes(self.n_in);
+                let at = |u: usize| self.high.as_ptr().add((o + u) * hb + b0 / GROUP_BLOCKS * BLOCK);
+                (std::array::from_fn(|u| _mm256_loadu_si256(at(u) as *const __m256i)), (b0 % GROUP_BLOCKS) as i32)
+            }
+            false => ([_mm256_setzero_si256(); U], 0),
+        };
+        let ones = _mm256_set1_epi16(1);
         let mut isum = [[_mm256_setzero_si256(); N]; U];
         if WIDE && SIZE == GROUP_BLOCKS {
             // 64 bytes of nibbles: vectors 4t and 4t + 2 in the low nibbles, 4t + 1 and 4t + 3 in
@@ -337,6 +375,11 @@ impl Q4Matrix {
                     let raw = _mm512_loadu_si512(nib[u].add(2 * t * BLOCK) as *const _);
                     lo[u] = _mm512_and_si512(raw, mask);
                     hi[u] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), mask);
+                    if HIGH {
+                        let plane = _mm512_broadcast_i64x4(plane[u]);
+                        lo[u] = with_fifth_bits_512(lo[u], plane, 4 * t, 4 * t + 2);
+                        hi[u] = with_fifth_bits_512(hi[u], plane, 4 * t + 1, 4 * t + 3);
+                    }
                 }
                 for j in 0..N {
                     let x = rows.xp[j].add(b0 * BLOCK + 4 * t * BLOCK);
@@ -356,13 +399,21 @@ impl Q4Matrix {
             let low = _mm_set1_epi8(0x0F);
             let w: [__m256i; U] = std::array::from_fn(|u| {
                 let raw = _mm_loadu_si128(nib[u] as *const __m128i);
-                _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low), _mm_and_si128(raw, low))
+                let w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low), _mm_and_si128(raw, low));
+                if HIGH {
+                    with_fifth_bits(w, plane[u], bit0)
+                } else {
+                    w
+                }
             });
             for j in 0..N {
                 let x = _mm256_loadu_si256(rows.xp[j].add(b0 * BLOCK) as *const __m256i);
                 for u in 0..U {
-                    isum[u][j] =
-                        if VNNI { _mm256_dpbusd_epi32(isum[u][j], w[u], x) } else { _mm256_maddubs_epi16(w[u], x) };
+                    isum[u][j] = match (VNNI, HIGH) {
+                        (true, _) => _mm256_dpbusd_epi32(isum[u][j], w[u], x),
+                        (false, true) => _mm256_madd_epi16(_mm256_maddubs_epi16(w[u], x), ones),
+                        (false, false) => _mm256_maddubs_epi16(w[u], x),
+                    };
                 }
             }
         } else {
@@ -374,6 +425,10 @@ impl Q4Matrix {
                     let raw = _mm256_loadu_si256(nib[u].add(t * BLOCK) as *const __m256i);
                     lo[u] = _mm256_and_si256(raw, mask);
                     hi[u] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+                    if HIGH {
+                        lo[u] = with_fifth_bits(lo[u], plane[u], bit0 + 2 * t as i32);
+                        hi[u] = with_fifth_bits(hi[u], plane[u], bit0 + 2 * t as i32 + 1);
+                    }
                 }
                 for j in 0..N {
                     let x = rows.xp[j].add(b0 * BLOCK + 2 * t * BLOCK);
@@ -382,6 +437,10 @@ impl Q4Matrix {
                     for u in 0..U {
                         if VNNI {
                             isum[u][j] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(isum[u][j], lo[u], x0), hi[u], x1);
+                        } else if HIGH {
+                            let pair =
+                                _mm256_add_epi16(_mm256_maddubs_epi16(lo[u], x0), _mm256_maddubs_epi16(hi[u], x1));
+                            isum[u][j] = _mm256_add_epi32(isum[u][j], _mm256_madd_epi16(pair, ones));
                         } else {
                             isum[u][j] = _mm256_add_epi16(isum[u][j], _mm256_maddubs_epi16(lo[u], x0));
                             isum[u][j] = _mm256_add_epi16(isum[u][j], _mm256_maddubs_epi16(hi[u], x1));
@@ -390,19 +449,51 @@ impl Q4Matrix {
                 }
             }
         }
-        let ones = _mm256_set1_epi16(1);
         for u in 0..U {
             // Block b0 + i's scales in lane i, zeros after the chunk's blocks.
             let (d, m) = src.lanes::<SIZE, SUPER>((o + u) * nb + b0);
             for j in 0..N {
-                // VNNI's lanes hold 32-bit sums already; AVX2's 16-bit pair sums widen here.
-                let wide = if VNNI { isum[u][j] } else { _mm256_madd_epi16(isum[u][j], ones) };
+                // VNNI's lanes (and the 5-bit ones) hold 32-bit sums already; AVX2's 16-bit pair
+                // sums widen here.
+                let wide = if VNNI || HIGH { isum[u][j] } else { _mm256_madd_epi16(isum[u][j], ones) };
                 let sums = _mm256_cvtepi32_ps(block_sums_first::<SIZE>(wide));
                 acc[u][j] = _mm256_fmadd_ps(_mm256_mul_ps(d, first_ps(rows.xs[j].add(b0), SIZE)), sums, acc[u][j]);
                 acc[u][j] = _mm256_fmadd_ps(m, first_ps(rows.xsum[j].add(b0), SIZE), acc[u][j]);
             }
         }
     }
+}
+
+/// `q` (quants 0..15) with 16 added where bit `bit` of the plane's matching byte is set.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn with_fifth_bits(
+    q: std::arch::x86_64::__m256i,
+    plane: std::arch::x86_64::__m256i,
+    bit: i32,
+) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let m = _mm256_set1_epi8((1u8 << bit) as i8);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(plane, m), m);
+    _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(16)))
+}
+
+/// The same for a 512-bit register of two vectors: bit `low` of the plane for its lower half,
+/// `high` for its upper half (the plane in both halves).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn with_fifth_bits_512(
+    q: std::arch::x86_64::__m512i,
+    plane: std::arch::x86_64::__m512i,
+    low: usize,
+    high: usize,
+) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::*;
+    let bits = _mm512_inserti64x4::<1>(
+        _mm512_castsi256_si512(_mm256_set1_epi8((1u8 << low) as i8)),
+        _mm256_set1_epi8((1u8 << high) as i8),
+    );
+    _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(plane, bits), q, _mm512_set1_epi8(16))
 }
 
 /// A chunk's 32-bit sums (lane i holding part of block i % SIZE, [`chunk_source`]) as whole block
@@ -451,7 +542,8 @@ impl RowKernel for Q4Matrix {
 
     /// Apple Silicon's CPU path, as for the Q8_0 kernel: each 32-byte vector is two 16-byte
     /// halves (lanes 0–3 and 4–7); the 32 bytes t of a chunk unpack into its vectors 2t and
-    /// 2t + 1 (one block's 16 GGML bytes into its two halves).
+    /// 2t + 1 (one block's 16 GGML bytes into its two halves), and the 5-bit formats' vectors
+    /// take their fifth bits with a bit test.
     #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
     fn rows_neon(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) -> bool {
         use std::arch::aarch64::*;
@@ -462,6 +554,10 @@ impl RowKernel for Q4Matrix {
                 // scales) or row `r` of the activations (n_in quants, nb scales); NEON is baseline.
                 local[i * xq.n_rows + r] = unsafe {
                     let nib = self.nibbles.as_ptr().add(o * self.n_in / 2);
+                    let high = match self.is_five_bit() {
+                        true => self.high.as_ptr().add(o * high_row_bytes(self.n_in)),
+                        false => std::ptr::null(),
+                    };
                     let xp = xq.quants_il.as_ptr().add(r * self.n_in);
                     let (xs, xsum) = (xq.scales.as_ptr().add(r * nb), xq.scaled_sums.as_ptr().add(r * nb));
                     let m4 = vdupq_n_u8(0x0F);
@@ -482,20 +578,29 @@ impl RowKernel for Q4Matrix {
                         };
                         let (xs, xsum) = (xs.add(b0), xsum.add(b0));
                         let (w, x) = (nib.add(b0 * BLOCK / 2), xp.add(b0 * BLOCK));
+                        // Half p (16 bytes) of the chunk's vector v with its fifth bits, if any.
+                        let plane = high.wrapping_add(b0 / GROUP_BLOCKS * BLOCK);
+                        let fifth = |q: uint8x16_t, v: usize, p: usize| match high.is_null() {
+                            true => vreinterpretq_s8_u8(q),
+                            false => {
+                                let bit = vdupq_n_u8(1 << ((b0 + v) % GROUP_BLOCKS));
+                                let set = vtstq_u8(vld1q_u8(plane.add(16 * p)), bit);
+                                vreinterpretq_s8_u8(vorrq_u8(q, vandq_u8(set, vdupq_n_u8(16))))
+                            }
+                        };
                         let mut isum = [vdupq_n_s32(0); 2];
                         if size == 1 {
                             let raw = vld1q_u8(w);
-                            isum[0] = dot4_neon(isum[0], vreinterpretq_s8_u8(vandq_u8(raw, m4)), vld1q_s8(x));
-                            isum[1] =
-                                dot4_neon(isum[1], vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)), vld1q_s8(x.add(16)));
+                            isum[0] = dot4_neon(isum[0], fifth(vandq_u8(raw, m4), 0, 0), vld1q_s8(x));
+                            isum[1] = dot4_neon(isum[1], fifth(vshrq_n_u8::<4>(raw), 0, 1), vld1q_s8(x.add(16)));
                         } else {
                             for t in 0..size / 2 {
                                 for (p, sum) in isum.iter_mut().enumerate() {
                                     let raw = vld1q_u8(w.add(BLOCK * t + 16 * p));
                                     let xa = vld1q_s8(x.add(2 * BLOCK * t + 16 * p));
                                     let xb = vld1q_s8(x.add(2 * BLOCK * t + BLOCK + 16 * p));
-                                    *sum = dot4_neon(*sum, vreinterpretq_s8_u8(vandq_u8(raw, m4)), xa);
-                                    *sum = dot4_neon(*sum, vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)), xb);
+                                    *sum = dot4_neon(*sum, fifth(vandq_u8(raw, m4), 2 * t, p), xa);
+                                    *sum = dot4_neon(*sum, fifth(vshrq_n_u8::<4>(raw), 2 * t + 1, p), xb);
                                 }
                             }
                         }
@@ -569,13 +674,24 @@ impl Q4Matrix {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn rows_avx2_impl(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        if self.k_scales() {
-            for_groups(outs, xq.n_rows, 3, local, |o, r0, n, out| {
-                dispatch_group!(self, group_avx2_k, o, r0, n, xq, out)
-            })
-        } else {
-            for_groups(outs, xq.n_rows, 3, local, |o, r0, n, out| dispatch_group!(self, o, r0, n, xq, out))
-        }
+        by_kind!(self, rows_avx2_kind, outs, xq, local)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_avx2_kind<const SUPER: bool, const HIGH: bool>(
+        &self,
+        outs: std::ops::Range<usize>,
+        xq: &Q8Rows,
+        local: &mut [f32],
+    ) {
+        for_groups(
+            outs,
+            xq.n_rows,
+            3,
+            local,
+            |o, r0, n, out| dispatch_group!(self, group_avx2[SUPER, HIGH], o, r0, n, xq, out),
+        )
     }
 
     /// With VNNI a row needs two registers (its 32-bit sums and its accumulator), and AVX-512VL
@@ -584,15 +700,24 @@ impl Q4Matrix {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
     pub(super) unsafe fn rows_vnni(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        if self.k_scales() {
-            for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| {
-                dispatch_group!(self, group_vnni_k, o, r0, n, xq, out)
-            })
-        } else {
-            for_groups(outs, xq.n_rows, MAX_GROUP, local, |o, r0, n, out| {
-                dispatch_group!(self, group_vnni, o, r0, n, xq, out)
-            })
-        }
+        by_kind!(self, rows_vnni_kind, outs, xq, local)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+    unsafe fn rows_vnni_kind<const SUPER: bool, const HIGH: bool>(
+        &self,
+        outs: std::ops::Range<usize>,
+        xq: &Q8Rows,
+        local: &mut [f32],
+    ) {
+        for_groups(
+            outs,
+            xq.n_rows,
+            MAX_GROUP,
+            local,
+            |o, r0, n, out| dispatch_group!(self, group_vnni[SUPER, HIGH], o, r0, n, xq, out),
+        )
     }
 
     /// The VNNI kernel with 512-bit vectors for whole chunks of 8 blocks, two outputs per call
@@ -603,10 +728,32 @@ impl Q4Matrix {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
     pub(super) unsafe fn rows_vnni512(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        if self.k_scales() {
-            pairs_vnni512!(self, outs, xq, local, group_vnni512_pair_k, group_vnni512_k)
-        } else {
-            pairs_vnni512!(self, outs, xq, local)
-        }
+        by_kind!(self, rows_vnni512_kind, outs, xq, local)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
+    unsafe fn rows_vnni512_kind<const SUPER: bool, const HIGH: bool>(
+        &self,
+        outs: std::ops::Range<usize>,
+        xq: &Q8Rows,
+        local: &mut [f32],
+    ) {
+        pairs_vnni512!(self, outs, xq, local, group_vnni512_pair, group_vnni512[SUPER, HIGH])
     }
 }
+
+/// Call a row loop's instance for the matrix's kind of scales and quants.
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_kind {
+    ($self:ident, $f:ident, $outs:ident, $xq:ident, $local:ident) => {
+        match ($self.k_scales(), $self.is_five_bit()) {
+            (false, false) => $self.$f::<false, false>($outs, $xq, $local),
+            (false, true) => $self.$f::<false, true>($outs, $xq, $local),
+            (true, false) => $self.$f::<true, false>($outs, $xq, $local),
+            (true, true) => $self.$f::<true, true>($outs, $xq, $local),
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+use by_kind;

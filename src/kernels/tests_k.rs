@@ -1,4 +1,4 @@
-//! The K-quant matrices (Q4_K through [`Q4Matrix`], Q6_K through [`Q6Matrix`]) against GGML's
+//! The K-quant matrices (Q4_K and Q5_K through [`Q4Matrix`], Q6_K through [`Q6Matrix`]) against GGML's
 //! dequantization (candle's), an f32 reference, the portable path and themselves.
 
 use super::*;
@@ -9,8 +9,10 @@ use candle_core::{Device, Tensor};
 use super::tests::output_bits;
 use super::tests::pseudo_random;
 
-/// Shapes with one, two and eight super-blocks per row; 67 outputs leave a part of a task.
-const SHAPES: [(usize, usize); 3] = [(67, 256), (20, 512), (9, 2048)];
+/// Shapes with one, two and eight super-blocks per row (67 outputs leave a part of a task), and
+/// for the formats of 32-weight blocks widths with every kind of chunk after the whole groups:
+/// 480 = 8 + 4 + 2 + 1 blocks, 896 (Qwen2.5-0.5B's) = 3 × 8 + 4, 96 = 2 + 1.
+const SHAPES: [(usize, usize); 6] = [(67, 256), (20, 512), (9, 2048), (21, 480), (9, 896), (5, 96)];
 
 /// A candle-quantized pseudo-random matrix: its file bytes and candle's (GGML's) dequantization.
 fn quantized(n_out: usize, n_in: usize, dtype: GgmlDType, seed: u64) -> (Vec<u8>, Vec<f32>) {
@@ -20,11 +22,11 @@ fn quantized(n_out: usize, n_in: usize, dtype: GgmlDType, seed: u64) -> (Vec<u8>
     (qt.data().unwrap().into_owned(), w)
 }
 
-fn q4_dequantize(m: &Q4Matrix) -> Vec<f32> {
+pub(super) fn q4_dequantize(m: &Q4Matrix) -> Vec<f32> {
     let nb = m.n_in / BLOCK;
     let mut w = Vec::with_capacity(m.n_out * m.n_in);
     for o in 0..m.n_out {
-        let q = unpack_q4_row(&m.nibbles[o * m.n_in / 2..][..m.n_in / 2], m.n_in);
+        let q = m.quants_row(o);
         w.extend(q.iter().enumerate().map(|(i, &q)| {
             let (d, m) = m.scales.get(o * nb + i / BLOCK);
             d * q as f32 + m
@@ -33,17 +35,54 @@ fn q4_dequantize(m: &Q4Matrix) -> Vec<f32> {
     w
 }
 
-/// Both K formats as (name, matmul, portable path, weights as the kernel holds them, file weights).
+/// The K formats as (name, matmul, portable path, weights as the kernel holds them, file weights).
 type Matmul = Box<dyn Fn(&[f32], usize) -> Vec<f32>>;
 type Portable = Box<dyn Fn(&Q8Rows, &mut [f32])>;
 type KMatrix = (&'static str, Matmul, Portable, Vec<f32>, Vec<f32>);
 fn k_matrices(n_out: usize, n_in: usize, seed: u64) -> Vec<KMatrix> {
+    let mut all = small_matrices(n_out, n_in, seed + 3);
+    if n_in.is_multiple_of(QK_K) {
+        all.extend(super_block_matrices(n_out, n_in, seed));
+    }
+    all
+}
+
+/// Q5_0 and Q5_1 as [`KMatrix`]es.
+fn small_matrices(n_out: usize, n_in: usize, seed: u64) -> Vec<KMatrix> {
+    [("q5_0", GgmlDType::Q5_0, SmallBlocks::Q5_0), ("q5_1", GgmlDType::Q5_1, SmallBlocks::Q5_1)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, dtype, format))| {
+            let (bytes, w) = quantized(n_out, n_in, dtype, seed + i as u64);
+            let m = std::sync::Arc::new(Q4Matrix::from_blocks(&bytes, n_out, n_in, format).unwrap());
+            let (a, b) = (m.clone(), m.clone());
+            (
+                name,
+                Box::new(move |x: &[f32], n| a.matmul(x, n)) as Matmul,
+                Box::new(move |xq: &Q8Rows, out: &mut [f32]| b.rows_portable(0..n_out, xq, out)) as Portable,
+                q4_dequantize(&m),
+                w,
+            )
+        })
+        .collect()
+}
+
+fn super_block_matrices(n_out: usize, n_in: usize, seed: u64) -> Vec<KMatrix> {
     let (b4, w4) = quantized(n_out, n_in, GgmlDType::Q4K, seed);
     let q4 = std::sync::Arc::new(Q4Matrix::from_q4k_bytes(&b4, n_out, n_in).unwrap());
     let (b6, w6) = quantized(n_out, n_in, GgmlDType::Q6K, seed + 1);
     let q6 = std::sync::Arc::new(Q6Matrix::from_q6k_bytes(&b6, n_out, n_in).unwrap());
-    let (q4a, q4b, q6a, q6b) = (q4.clone(), q4.clone(), q6.clone(), q6.clone());
+    let (b5, w5) = quantized(n_out, n_in, GgmlDType::Q5K, seed + 2);
+    let q5 = std::sync::Arc::new(Q4Matrix::from_q5k_bytes(&b5, n_out, n_in).unwrap());
+    let (q4a, q4b, q6a, q6b, q5a, q5b) = (q4.clone(), q4.clone(), q6.clone(), q6.clone(), q5.clone(), q5.clone());
     vec![
+        (
+            "q5_k",
+            Box::new(move |x: &[f32], n| q5a.matmul(x, n)) as Matmul,
+            Box::new(move |xq: &Q8Rows, out: &mut [f32]| q5b.rows_portable(0..n_out, xq, out)) as Portable,
+            q4_dequantize(&q5),
+            w5,
+        ),
         (
             "q4_k",
             Box::new(move |x: &[f32], n| q4a.matmul(x, n)) as Matmul,
@@ -61,13 +100,17 @@ fn k_matrices(n_out: usize, n_in: usize, seed: u64) -> Vec<KMatrix> {
     ]
 }
 
-/// The kernels hold exactly the file's weights: their dequantization equals GGML's bit for bit.
+/// The kernels hold exactly the file's weights: their dequantization equals GGML's bit for bit
+/// (for Q5_0 in value: GGML's (q − 16)·d is −0 where d < 0 and q = 16, d·q − 16·d is +0).
 #[test]
 fn k_quants_are_read_exactly_as_the_file_has_them() {
     for (n_out, n_in) in SHAPES {
         for (name, _, _, ours, file) in k_matrices(n_out, n_in, 11) {
             let bits = |w: &[f32]| w.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&ours), bits(&file), "{name} {n_out}x{n_in}");
+            match name {
+                "q5_0" => assert!(ours == file, "{name} {n_out}x{n_in}"),
+                _ => assert_eq!(bits(&ours), bits(&file), "{name} {n_out}x{n_in}"),
+            }
         }
     }
 }
@@ -115,7 +158,7 @@ fn q6_vnni_equals_avx2() {
         eprintln!("no AVX-512 VNNI on this CPU (or the avx2 kernel path): nothing to compare");
         return;
     }
-    for (n_out, n_in) in SHAPES {
+    for (n_out, n_in) in SHAPES.into_iter().filter(|&(_, n_in)| n_in.is_multiple_of(QK_K)) {
         let (bytes, _) = quantized(n_out, n_in, GgmlDType::Q6K, 21);
         let m = Q6Matrix::from_q6k_bytes(&bytes, n_out, n_in).unwrap();
         for n_rows in [1, 2, 3, 5, 6, 9] {
@@ -166,6 +209,87 @@ fn k_matrices_refuse_bytes_of_the_wrong_size() {
     assert!(Q6Matrix::from_q6k_bytes(&b6, 8, 128).is_none());
     assert!(Q6Matrix::from_q6k_bytes(&b6, 4, 0).is_none());
     assert!(Q6Matrix::from_q6k_bytes(&b6, usize::MAX / 2, 256).is_none());
+    let (b5, _) = quantized(4, 256, GgmlDType::Q5K, 43);
+    assert!(Q4Matrix::from_q5k_bytes(&b5[..b5.len() - 1], 4, 256).is_none());
+    assert!(Q4Matrix::from_q5k_bytes(&b4, 4, 256).is_none(), "Q4_K bytes are too few for Q5_K");
+    assert!(Q4Matrix::from_q5k_bytes(&b5, 4, 0).is_none());
+    let (b50, _) = quantized(4, 96, GgmlDType::Q5_0, 44);
+    assert!(Q4Matrix::from_blocks(&b50[..b50.len() - 1], 4, 96, SmallBlocks::Q5_0).is_none());
+    assert!(Q4Matrix::from_blocks(&b50, 4, 96, SmallBlocks::Q5_1).is_none());
+    assert!(Q4Matrix::from_blocks(&b50, 4, 100, SmallBlocks::Q5_0).is_none());
+    assert!(Q4Matrix::from_blocks(&b50, usize::MAX / 2, 96, SmallBlocks::Q5_0).is_none());
+}
+
+/// Where the CPU has AVX-512 VNNI, the 5-bit kernels on 256- and 512-bit VNNI give the AVX2
+/// kernel's results bit for bit (Q5_0 with every kind of tail chunk, Q5_K's compact scales).
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn five_bit_vnni_kernels_equal_the_avx2_one() {
+    if !use_vnni() {
+        eprintln!("no AVX-512 VNNI on this CPU (or the avx2 kernel path): nothing to compare");
+        return;
+    }
+    for (n_out, n_in) in SHAPES {
+        let mut ms = vec![(
+            "q5_0",
+            Q4Matrix::from_blocks(&quantized(n_out, n_in, GgmlDType::Q5_0, 61).0, n_out, n_in, SmallBlocks::Q5_0),
+        )];
+        if n_in.is_multiple_of(QK_K) {
+            ms.push(("q5_k", Q4Matrix::from_q5k_bytes(&quantized(n_out, n_in, GgmlDType::Q5K, 62).0, n_out, n_in)));
+        }
+        for (name, m) in ms {
+            let m = m.unwrap();
+            for n_rows in [1, 2, 3, 5, 6, 9, 17] {
+                let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 63 + n_rows as u64), n_rows, n_in);
+                xq.fill_pairs_for_wide();
+                let run = |f: &dyn Fn(&mut [f32])| output_bits(n_out * n_rows, f);
+                // SAFETY: `use_vnni` checked AVX-512 VNNI and VL, which imply AVX2 and FMA here;
+                // the 512-bit path runs only where `use_vnni512` found AVX-512 F and BW too.
+                unsafe {
+                    let avx2 = run(&|o| m.rows_avx2_impl(0..n_out, &xq, o));
+                    assert_eq!(run(&|o| m.rows_vnni(0..n_out, &xq, o)), avx2, "{name} {n_out}x{n_in}, {n_rows} rows");
+                    if use_vnni512() {
+                        assert_eq!(run(&|o| m.rows_vnni512(0..n_out, &xq, o)), avx2, "{name} 512-bit {n_out}x{n_in}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A Q4_K and a Q5_K matrix stack into one (the 4-bit part gets zero fifth bits) that gives each
+/// part's results exactly; selected rows of a 5-bit matrix keep theirs.
+#[test]
+fn four_and_five_bit_parts_stack_and_select_rows() {
+    let (n_in, n_rows) = (512, 3);
+    let q4 = Q4Matrix::from_q4k_bytes(&quantized(16, n_in, GgmlDType::Q4K, 71).0, 16, n_in).unwrap();
+    let q5 = Q4Matrix::from_q5k_bytes(&quantized(8, n_in, GgmlDType::Q5K, 72).0, 8, n_in).unwrap();
+    let x = pseudo_random(n_rows * n_in, 73);
+    let stacked = Q4Matrix::stack(&[&q4, &q5]).unwrap();
+    assert!(stacked.is_five_bit());
+    let stacked = stacked.matmul(&x, n_rows);
+    let (a, b) = (q4.matmul(&x, n_rows), q5.matmul(&x, n_rows));
+    let picked = q5.select_rows(&[7, 2]).unwrap().matmul(&x, n_rows);
+    for r in 0..n_rows {
+        assert_eq!(&stacked[r * 24..r * 24 + 16], &a[r * 16..(r + 1) * 16]);
+        assert_eq!(&stacked[r * 24 + 16..(r + 1) * 24], &b[r * 8..(r + 1) * 8]);
+        assert_eq!(&picked[r * 2..(r + 1) * 2], &[b[r * 8 + 7], b[r * 8 + 2]]);
+    }
+    assert!(q5.select_rows(&[8]).is_none());
+}
+
+/// The fifth-bit plane gives back every quant, whatever the row's chunks.
+#[test]
+fn fifth_bit_planes_round_trip() {
+    for n_in in [896, 576, 480, 256, 224, 96, 64, 32] {
+        let q: Vec<u8> = (0..n_in).map(|i| ((i * 13 + i / 32 * 7) % 32) as u8).collect();
+        let mut rows = PackedRows::new(1, n_in, true);
+        rows.pack(0, &q);
+        let (nibbles, high) = rows.finish();
+        assert_eq!(high.len(), high_row_bytes(n_in));
+        let m = Q4Matrix { n_out: 1, n_in, scales: Scales::Block { d: vec![], m: vec![] }, nibbles, high, amx: None };
+        assert_eq!(m.quants_row(0), q, "n_in {n_in}");
+    }
 }
 
 /// Stacked and row-selected Q4_K matrices (compact scales) give each part's and each row's

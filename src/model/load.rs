@@ -2,6 +2,7 @@
 //! project's kernels), the CPU step's model, the restricted head, the RoPE tables.
 
 use super::*;
+use crate::kernels::SmallBlocks;
 use crate::options::EngineOptions;
 
 /// candle has SIMD dot products for these on x86 (AVX2) and Apple Silicon (NEON); other formats
@@ -24,24 +25,38 @@ pub(super) fn is_fast_on_cpu(d: GgmlDType) -> bool {
 
 /// Formats our batched CPU kernels handle.
 pub(super) fn has_batched_kernel(d: GgmlDType) -> bool {
-    matches!(d, GgmlDType::Q8_0 | GgmlDType::Q4_1 | GgmlDType::Q4_0 | GgmlDType::Q4K | GgmlDType::Q6K)
+    matches!(
+        d,
+        GgmlDType::Q8_0
+            | GgmlDType::Q4_1
+            | GgmlDType::Q4_0
+            | GgmlDType::Q4K
+            | GgmlDType::Q5_0
+            | GgmlDType::Q5_1
+            | GgmlDType::Q5K
+            | GgmlDType::Q6K
+    )
 }
 
 /// Whether `auto` puts a file whose main format is `d` in the kernels: every quantized format
-/// (those without a kernel of their own, Q5_K say, as Q8_0); float files stay with candle.
+/// (those without a kernel of their own, Q3_K say, as Q8_0); float files stay with candle.
 fn kernels_take(d: GgmlDType) -> bool {
     has_batched_kernel(d) || !matches!(d, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)
 }
 
 /// What `auto` runs a matrix stored as `d` in, on the CPU with our kernels, in a file whose main
-/// format our kernels handle: Q8_0 as it is; Q4_1, Q4_0, Q4_K and Q6_K as they are where their
-/// kernel has SIMD (fewer bytes than Q8_0 and no re-quantization), else Q8_0; anything else (say
-/// a Q5_0 matrix in a Q4_K_M file) Q8_0, so that every matrix runs in our kernels and the
-/// tensor-free step applies.
+/// format our kernels handle: Q8_0 as it is; the 4- and 5-bit formats and Q6_K as they are where
+/// their kernel has SIMD (fewer bytes than Q8_0 and no re-quantization), else Q8_0; anything else
+/// (say a Q3_K matrix) Q8_0, so that every matrix runs in our kernels and the tensor-free step
+/// applies.
 pub(super) fn auto_batched_format(d: GgmlDType) -> Option<GgmlDType> {
     match d {
         GgmlDType::Q8_0 => None,
-        GgmlDType::Q4_1 | GgmlDType::Q4_0 | GgmlDType::Q4K if crate::kernels::q4_has_simd() => None,
+        GgmlDType::Q4_1 | GgmlDType::Q4_0 | GgmlDType::Q4K | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q5K
+            if crate::kernels::q4_has_simd() =>
+        {
+            None
+        }
         GgmlDType::Q6K if crate::kernels::q6_has_simd() => None,
         _ => Some(GgmlDType::Q8_0),
     }
@@ -267,6 +282,13 @@ impl<'d> WeightPlan<'d> {
                         GgmlDType::Q4K => {
                             Q4Matrix::from_q4k_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ4(m.into()))
                         }
+                        GgmlDType::Q5K => {
+                            Q4Matrix::from_q5k_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ4(m.into()))
+                        }
+                        GgmlDType::Q5_0 => Q4Matrix::from_blocks(&q.data()?, n_out, n_in, SmallBlocks::Q5_0)
+                            .map(|m| Weights::BatchedQ4(m.into())),
+                        GgmlDType::Q5_1 => Q4Matrix::from_blocks(&q.data()?, n_out, n_in, SmallBlocks::Q5_1)
+                            .map(|m| Weights::BatchedQ4(m.into())),
                         GgmlDType::Q6K => {
                             Q6Matrix::from_q6k_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ6(m.into()))
                         }
