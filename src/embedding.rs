@@ -209,6 +209,16 @@ mod tests {
                 GgmlDType::Q4K => {
                     crate::kernels::Q4Matrix::from_q4k_bytes(&bytes, n_vocab, n_embd).map(|m| Arc::new(m) as _)
                 }
+                GgmlDType::Q5K => {
+                    crate::kernels::Q4Matrix::from_q5k_bytes(&bytes, n_vocab, n_embd).map(|m| Arc::new(m) as _)
+                }
+                GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
+                    let format = match dtype {
+                        GgmlDType::Q5_0 => crate::kernels::SmallBlocks::Q5_0,
+                        _ => crate::kernels::SmallBlocks::Q5_1,
+                    };
+                    crate::kernels::Q4Matrix::from_blocks(&bytes, n_vocab, n_embd, format).map(|m| Arc::new(m) as _)
+                }
                 GgmlDType::Q6K => {
                     crate::kernels::Q6Matrix::from_q6k_bytes(&bytes, n_vocab, n_embd).map(|m| Arc::new(m) as _)
                 }
@@ -217,7 +227,7 @@ mod tests {
             if let Some(m) = shared {
                 let e = Embedding::shared(m);
                 let got = e.rows(&ids).unwrap();
-                // Equal values (Q4_0's zero weights may be +0 here where GGML's (q − 8)·d gives −0).
+                // Equal values (Q4_0's and Q5_0's zero weights may be +0 here where GGML's (q − 8)·d gives −0).
                 assert!(got.iter().zip(&want).all(|(a, b)| a == b), "{dtype:?} from the kernels");
                 assert!(e.rows(&[40]).is_err(), "{dtype:?}: an id past the vocabulary is an error");
             }

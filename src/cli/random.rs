@@ -12,8 +12,10 @@ use std::path::PathBuf;
 pub struct RandomModelArgs {
     /// Where to write the file.
     pub out: PathBuf,
-    /// llama-1b (Llama 3.2 1B: 16 layers, 2048 wide, FFN 8192, 32 heads, 8 KV heads, tied head)
-    /// or qwen2.5-1.5b (28 layers, 1536 wide, FFN 8960, 12 heads, 2 KV heads, biases).
+    /// llama-1b (Llama 3.2 1B: 16 layers, 2048 wide, FFN 8192, 32 heads, 8 KV heads, tied head),
+    /// qwen2.5-1.5b (28 layers, 1536 wide, FFN 8960, 12 heads, 2 KV heads, biases) or
+    /// qwen2.5-0.5b (24 layers, 896 wide, FFN 4864, 14 heads, 2 KV heads, biases: a width that is
+    /// not a multiple of 256, so most matrices take the K formats' fallbacks).
     #[arg(long, default_value = "llama-1b")]
     pub shape: String,
     /// q4_k_m, q5_k_m, q6_k or q8_0: which matrices get which format, as llama.cpp's quantizer
@@ -59,18 +61,29 @@ fn shape(name: &str) -> Result<Shape> {
             biases: true,
             rope_theta: 1_000_000.0,
         },
-        other => bail!("unknown shape `{other}`: use llama-1b or qwen2.5-1.5b"),
+        "qwen2.5-0.5b" => Shape {
+            arch: "qwen2",
+            n_layer: 24,
+            n_embd: 896,
+            n_ff: 4864,
+            n_head: 14,
+            n_kv_head: 2,
+            biases: true,
+            rope_theta: 1_000_000.0,
+        },
+        other => bail!("unknown shape `{other}`: use llama-1b, qwen2.5-1.5b or qwen2.5-0.5b"),
     })
 }
 
 /// The format llama.cpp's quantizer gives a matrix in a file of type `quant` (its
 /// `llama_tensor_get_type`, for the K-quant mixes): the tied embedding (the output head) Q6_K;
 /// V and the FFN's down projection one size up in the first and last eighth of the layers and
-/// every third one between.
-fn format_for(quant: &str, name: &str, layer: usize, n_layer: usize) -> Result<GgmlDType> {
+/// every third one between. A matrix whose rows (`n_in` wide) do not fill whole super-blocks of
+/// 256 takes the quantizer's fallback: Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0 for Q6_K.
+fn format_for(quant: &str, name: &str, layer: usize, n_layer: usize, n_in: usize) -> Result<GgmlDType> {
     let more_bits = layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
     let boosted = name.contains("attn_v") || name.contains("ffn_down");
-    Ok(match quant {
+    let chosen = match quant {
         "q8_0" => GgmlDType::Q8_0,
         "q6_k" => GgmlDType::Q6K,
         "q4_k_m" | "q5_k_m" if name == "token_embd.weight" => GgmlDType::Q6K,
@@ -78,6 +91,13 @@ fn format_for(quant: &str, name: &str, layer: usize, n_layer: usize) -> Result<G
         "q4_k_m" => GgmlDType::Q4K,
         "q5_k_m" => GgmlDType::Q5K,
         other => bail!("unknown quantization `{other}`: use q4_k_m, q5_k_m, q6_k or q8_0"),
+    };
+    Ok(match chosen {
+        _ if n_in.is_multiple_of(256) => chosen,
+        GgmlDType::Q4K => GgmlDType::Q5_0,
+        GgmlDType::Q5K => GgmlDType::Q5_1,
+        GgmlDType::Q6K => GgmlDType::Q8_0,
+        other => other,
     })
 }
 
@@ -100,7 +120,7 @@ fn normal(state: &mut u64, n: usize, scale: f32) -> Vec<f32> {
 
 pub fn random_model(args: RandomModelArgs) -> Result<()> {
     let s = shape(&args.shape)?;
-    format_for(&args.quant, "", 0, 1)?;
+    format_for(&args.quant, "", 0, 1, 256)?;
     let tok_path = match args.tokenizer {
         Some(p) => p,
         None => mentor_lab::models::ensure_default_target(&mut |_| {})?,
@@ -139,7 +159,8 @@ pub fn random_model(args: RandomModelArgs) -> Result<()> {
             false => normal(&mut rng, n, scale),
         };
         let t = Tensor::from_vec(values, shape, &Device::Cpu)?;
-        let dtype = if shape.len() == 1 { GgmlDType::F32 } else { format_for(&args.quant, &name, layer, s.n_layer)? };
+        let dtype =
+            if shape.len() == 1 { GgmlDType::F32 } else { format_for(&args.quant, &name, layer, s.n_layer, shape[1])? };
         eprintln!("{name} {shape:?} {dtype:?}");
         tensors.push((name, QTensor::quantize(&t, dtype)?));
         Ok(())
