@@ -28,7 +28,7 @@ mod amx {
     #[derive(Debug, Clone)]
     pub(super) struct AmxTiles;
     impl AmxTiles {
-        pub(super) fn from_q4_ggml(_: &[u8], _: usize, _: usize, _: usize, _: &[f32], _: &[f32]) -> Option<AmxTiles> {
+        pub(super) fn from_q4_ggml(_: &[u8], _: usize, _: usize, _: usize, _: &super::Scales) -> Option<AmxTiles> {
             None
         }
         pub(super) fn from_q8(_: usize, _: usize, _: &[f32], _: impl Fn(usize) -> Vec<i8>) -> Option<AmxTiles> {
@@ -98,8 +98,9 @@ trait RowKernel: Sync {
     fn rows_for(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                // SAFETY: the features were just detected.
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+                // SAFETY: the features were just detected (every CPU with AVX2 has F16C, which
+                // the 4-bit kernels read their f16 scales with).
                 unsafe { self.rows_avx2(outs, xq, local) };
                 return;
             }
@@ -407,13 +408,15 @@ pub use q8::Q8Matrix;
 #[allow(unused_imports)]
 use q8::*;
 
-/// Whether the CPU has AVX-512 VNNI (with 256-bit forms); the `avx2` kernel path turns it off.
+/// Whether the CPU has AVX-512 VNNI (with 256-bit forms, and F16C); the `avx2` kernel path turns
+/// it off.
 #[cfg(target_arch = "x86_64")]
 fn use_vnni() -> bool {
     static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *VNNI.get_or_init(|| {
         is_x86_feature_detected!("avx512vnni")
             && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("f16c")
             && crate::options::current().kernel != crate::options::KernelPath::Avx2
     })
 }
@@ -457,7 +460,7 @@ fn holds_block_sums() -> bool {
 pub fn q6_has_simd() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
     }
     #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
     {

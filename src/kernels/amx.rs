@@ -144,8 +144,7 @@ impl AmxTiles {
         n_out: usize,
         n_in: usize,
         block_bytes: usize,
-        d: &[f32],
-        m: &[f32],
+        scales: &super::Scales,
     ) -> Option<AmxTiles> {
         let (groups, nb) = (n_out / TILE_OUTS, n_in / BLOCK);
         if !available() || groups == 0 || nb == 0 {
@@ -166,8 +165,9 @@ impl AmxTiles {
                 *byte = bytes[(o * nb + b) * block_bytes + block_bytes - 16 + k];
             }
             for n in 0..TILE_OUTS {
-                out.d.push(d[(g * TILE_OUTS + n) * nb + b]);
-                out.m.push(m[(g * TILE_OUTS + n) * nb + b]);
+                let (d, m) = scales.get((g * TILE_OUTS + n) * nb + b);
+                out.d.push(d);
+                out.m.push(m);
             }
         }
         Some(out)

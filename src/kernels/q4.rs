@@ -110,7 +110,8 @@ impl Q4Matrix {
             return None;
         }
         let n_blocks = n_out * n_in / BLOCK;
-        let (mut d, mut m) = (Vec::with_capacity(n_blocks), Vec::with_capacity(n_blocks));
+        let mut d = Vec::with_capacity(n_blocks);
+        let mut m = Vec::with_capacity(if format.centered().is_some() { 0 } else { n_blocks });
         let mut rows = PackedRows::new(n_out, n_in, format.five());
         let mut plain = vec![0u8; n_in];
         if n_in > 0 {
@@ -118,17 +119,21 @@ impl Q4Matrix {
                 for (blk, q) in row.chunks_exact(block_bytes).zip(plain.chunks_exact_mut(BLOCK)) {
                     let (scale, offset) = format.block(blk, q);
                     d.push(scale);
-                    m.push(offset);
+                    m.extend(offset);
                 }
                 rows.pack(o, &plain);
             }
         }
+        let scales = match format.centered() {
+            Some(offset) => Scales::Centered { d, offset },
+            None => Scales::Block { d, m },
+        };
         let amx = match format.five() {
-            false => amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &d, &m),
+            false => amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &scales),
             true => None,
         };
         let (nibbles, high) = rows.finish();
-        Some(Q4Matrix { n_out, n_in, scales: Scales::Block { d, m }, nibbles, high, amx })
+        Some(Q4Matrix { n_out, n_in, scales, nibbles, high, amx })
     }
 
     /// Read GGML Q4_K bytes as they are: each sub-block of 32 weights has its own scale and min,
@@ -171,7 +176,8 @@ impl Q4Matrix {
     /// Bytes held (the AMX copy included).
     pub fn bytes(&self) -> usize {
         let scales = match &self.scales {
-            Scales::Block { d, m } => 4 * (d.len() + m.len()),
+            Scales::Block { d, m } => 2 * (d.len() + m.len()),
+            Scales::Centered { d, .. } => 2 * d.len(),
             Scales::Super { d, dmin, sc, mn } => 4 * (d.len() + dmin.len()) + sc.len() + mn.len(),
         };
         self.nibbles.len() + self.high.len() + scales + self.amx.as_ref().map_or(0, |a| a.bytes())
@@ -211,7 +217,7 @@ impl Q4Matrix {
     /// ones) and quants (`HIGH`: with a fifth bit). The row loops choose the kind once per call,
     /// so that each kind's group calls inline into its loop.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     unsafe fn group_avx2<const N: usize, const SUPER: bool, const HIGH: bool>(
         &self,
@@ -224,7 +230,7 @@ impl Q4Matrix {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
     #[inline]
     unsafe fn group_vnni<const N: usize, const SUPER: bool, const HIGH: bool>(
         &self,
@@ -237,7 +243,7 @@ impl Q4Matrix {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
     #[inline]
     unsafe fn group_vnni512<const N: usize, const SUPER: bool, const HIGH: bool>(
         &self,
@@ -250,7 +256,7 @@ impl Q4Matrix {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
     #[inline]
     unsafe fn group_vnni512_pair<const N: usize, const SUPER: bool, const HIGH: bool>(
         &self,
@@ -548,7 +554,12 @@ impl RowKernel for Q4Matrix {
     fn rows_neon(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) -> bool {
         use std::arch::aarch64::*;
         let nb = self.n_in / BLOCK;
+        // The output's block scales and offsets in f32, once for all its rows.
+        let (mut dd, mut mm) = (vec![0f32; nb], vec![0f32; nb]);
         for (i, o) in outs.enumerate() {
+            for b in 0..nb {
+                (dd[b], mm[b]) = self.scales.get(o * nb + b);
+            }
             for r in 0..xq.n_rows {
                 // SAFETY: every pointer stays inside row `o` of the weights (n_in / 2 bytes, nb
                 // scales) or row `r` of the activations (n_in quants, nb scales); NEON is baseline.
@@ -564,18 +575,8 @@ impl RowKernel for Q4Matrix {
                     let mut acc = vdupq_n_f32(0.0);
                     let mut total = 0f32;
                     for (b0, size) in chunks(nb) {
-                        // This chunk's scales and offsets from block b0 on: the stored ones, or
-                        // computed from a super-block's.
-                        let (mut dd, mut mm) = ([0f32; GROUP_BLOCKS], [0f32; GROUP_BLOCKS]);
-                        let (wd, wm) = match &self.scales {
-                            Scales::Block { d, m } => (d.as_ptr().add(o * nb + b0), m.as_ptr().add(o * nb + b0)),
-                            Scales::Super { .. } => {
-                                for k in 0..size {
-                                    (dd[k], mm[k]) = self.scales.get(o * nb + b0 + k);
-                                }
-                                (dd.as_ptr(), mm.as_ptr())
-                            }
-                        };
+                        // This chunk's scales and offsets from block b0 on.
+                        let (wd, wm) = (dd.as_ptr().add(b0), mm.as_ptr().add(b0));
                         let (xs, xsum) = (xs.add(b0), xsum.add(b0));
                         let (w, x) = (nib.add(b0 * BLOCK / 2), xp.add(b0 * BLOCK));
                         // Half p (16 bytes) of the chunk's vector v with its fifth bits, if any.
@@ -672,13 +673,13 @@ impl Q4Matrix {
     /// beside each row's two accumulators. `cargo bench` 1536 × 576 (AMD EPYC, AVX2 only, 2
     /// threads): 9 rows in 151 µs with groups of 3, 173 µs with 2, 184 µs with 4, 202 µs with 5.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn rows_avx2_impl(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         by_kind!(self, rows_avx2_kind, outs, xq, local)
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn rows_avx2_kind<const SUPER: bool, const HIGH: bool>(
         &self,
         outs: std::ops::Range<usize>,
@@ -698,13 +699,13 @@ impl Q4Matrix {
     /// gives 32: groups of up to MAX_GROUP rows share each unpacked weight vector (groups of up
     /// to 9 measured the same in `cost`, Intel Xeon with AVX-512, 2 threads).
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
     pub(super) unsafe fn rows_vnni(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         by_kind!(self, rows_vnni_kind, outs, xq, local)
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
     unsafe fn rows_vnni_kind<const SUPER: bool, const HIGH: bool>(
         &self,
         outs: std::ops::Range<usize>,
@@ -726,13 +727,13 @@ impl Q4Matrix {
     /// 9 rows 155 → 153 µs against one output per call; in `cost` (3 alternating rounds, 2
     /// threads) 4 tokens 1.50x → 1.43x, 9 tokens 2.54x → 2.30x a step.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
     pub(super) unsafe fn rows_vnni512(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         by_kind!(self, rows_vnni512_kind, outs, xq, local)
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni,avx512vl")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
     unsafe fn rows_vnni512_kind<const SUPER: bool, const HIGH: bool>(
         &self,
         outs: std::ops::Range<usize>,

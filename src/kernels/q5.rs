@@ -38,17 +38,21 @@ impl SmallBlocks {
         matches!(self, SmallBlocks::Q5_0 | SmallBlocks::Q5_1)
     }
 
-    /// One block's d and m (weight = d · q + m, exact in f32 for each) and its 32 quants in plain
+    /// The offset m / d of the formats without a stored m (weight = d · q + m).
+    pub(super) fn centered(self) -> Option<f32> {
+        match self {
+            SmallBlocks::Q4_0 => Some(-8.0),
+            SmallBlocks::Q5_0 => Some(-16.0),
+            SmallBlocks::Q4_1 | SmallBlocks::Q5_1 => None,
+        }
+    }
+
+    /// One block's f16 d and m (m only where the file stores it) and its 32 quants in plain
     /// order. Byte j of the nibbles holds weights j and j + 16; bit i of the little-endian fifth
     /// bits is weight i's.
-    pub(super) fn block(self, blk: &[u8], q: &mut [u8]) -> (f32, f32) {
-        let f16 = |i: usize| half::f16::from_le_bytes([blk[i], blk[i + 1]]).to_f32();
-        let d = f16(0);
-        let m = match self {
-            SmallBlocks::Q4_1 | SmallBlocks::Q5_1 => f16(2),
-            SmallBlocks::Q4_0 => -8.0 * d,
-            SmallBlocks::Q5_0 => -16.0 * d,
-        };
+    pub(super) fn block(self, blk: &[u8], q: &mut [u8]) -> (half::f16, Option<half::f16>) {
+        let f16 = |i: usize| half::f16::from_le_bytes([blk[i], blk[i + 1]]);
+        let (d, m) = (f16(0), self.centered().is_none().then(|| f16(2)));
         let nibbles = &blk[blk.len() - 16..];
         let fifth = match self.five() {
             true => {
