@@ -147,15 +147,23 @@ fn synthetic_llama_and_qwen2_agree_with_candle_transformers() {
     }
 }
 
-/// Q4_K_M-like synthetic files (Q4_K and Q6_K matrices, read by our kernels as they are):
+/// Q4_K_M-like synthetic files (Q4_K and Q6_K matrices, read by our kernels as they are), a
+/// Q5_K_M-like one and one 224 wide in the K formats' fallbacks (Q5_0, Q5_1, Q8_0):
 /// candle-transformers dequantizes the same blocks its own way; the activations' rounding differs
 /// (Q8_K per 256 there, Q8_0 per 32 here), so the tolerance is that of the Q8_0 cases.
 #[test]
 fn k_quant_files_agree_with_candle_transformers() {
     let dir = tempfile::tempdir().unwrap();
-    for (i, (arch, n_head, n_kv_head)) in [("llama", 8, 1), ("qwen2", 4, 2)].into_iter().enumerate() {
-        let path = dir.path().join(format!("{arch}-k.gguf"));
-        let base = synthetic::Spec::q4_k_m(arch);
+    let files: [(&str, usize, usize, fn(&'static str) -> synthetic::Spec); 4] = [
+        ("llama", 8, 1, synthetic::Spec::q4_k_m),
+        ("qwen2", 4, 2, synthetic::Spec::q4_k_m),
+        ("llama", 4, 1, synthetic::Spec::q5_k_m),
+        ("qwen2", 7, 1, synthetic::Spec::narrow_k_quants),
+    ];
+    for (i, (arch, n_head, n_kv_head, spec_for)) in files.into_iter().enumerate() {
+        let path = dir.path().join(format!("{arch}-{i}-k.gguf"));
+        let base = spec_for(arch);
+        let mix = format!("{:?} mix", base.dtype);
         let extra = vec![(format!("{arch}.rope.dimension_count"), Value::U32((base.n_embd / n_head) as u32))];
         let spec = synthetic::Spec { n_head, n_kv_head, extra, ..base };
         synthetic::write(&path, &spec);
@@ -171,11 +179,11 @@ fn k_quant_files_agree_with_candle_transformers() {
             let spread = (theirs.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
             let rel = ours.iter().zip(&theirs).map(|(&a, &b)| (a as f64 - b as f64).abs()).sum::<f64>() / n / spread;
             eprintln!(
-                "{arch} {n_head}:{n_kv_head} Q4_K_M, native {native}: KL {kl:.2e}, top-5 |Δ log p| {top_diff:.2e}, \
+                "{arch} {n_head}:{n_kv_head} {mix}, native {native}: KL {kl:.2e}, top-5 |Δ log p| {top_diff:.2e}, \
                  mean |Δ logit| / spread {rel:.2e}"
             );
-            assert!(same_first && kl < 2e-3, "{arch} Q4_K_M native {native}: KL {kl}, top-5 |Δ log p| {top_diff}");
-            assert!(rel < 0.05, "{arch} Q4_K_M native {native}: mean |Δ logit| is {rel} of the logits' spread");
+            assert!(same_first && kl < 2e-3, "{arch} {mix} native {native}: KL {kl}, top-5 |Δ log p| {top_diff}");
+            assert!(rel < 0.05, "{arch} {mix} native {native}: mean |Δ logit| is {rel} of the logits' spread");
         }
     }
 }

@@ -174,24 +174,34 @@ fn head_token_list_restricts_the_head_and_a_bad_list_is_reported_and_ignored() {
 }
 
 /// Q4_K_M-like files (Q4_K matrices; Q6_K for V, the FFN's down projection and the tied head),
-/// Llama with GQA 4:1 and Qwen2 with biases: every matrix runs in the project's kernels as the
-/// file has it (no re-quantization), the tensor-free step agrees with the tensor path, and a
-/// chunk agrees with single steps.
+/// Llama with GQA 4:1 and Qwen2 with biases, a Q5_K_M-like one, and one 224 wide in the
+/// fallbacks of the K formats (Q5_0, Q5_1, Q8_0; Q4_K for the down projection): every matrix
+/// runs in the project's kernels as the file has it (no re-quantization), the tensor-free step
+/// agrees with the tensor path, and a chunk agrees with single steps.
 #[test]
 fn k_quant_files_run_in_the_kernels_as_the_file_has_them() {
-    for arch in ["llama", "qwen2"] {
-        let spec = match arch {
-            "llama" => synthetic::Spec { n_head: 8, n_kv_head: 2, ..synthetic::Spec::q4_k_m("llama") },
-            _ => synthetic::Spec::q4_k_m(arch),
-        };
+    let q4_k_m = "Q4_K, batched kernel; also 5 × Q6_K, batched kernel, tensor-free step";
+    for (arch, spec, expected) in [
+        ("llama", synthetic::Spec { n_head: 8, n_kv_head: 2, ..synthetic::Spec::q4_k_m("llama") }, q4_k_m),
+        ("qwen2", synthetic::Spec::q4_k_m("qwen2"), q4_k_m),
+        (
+            "llama",
+            synthetic::Spec::q5_k_m("llama"),
+            "Q5_K, batched kernel; also 5 × Q6_K, batched kernel, tensor-free step",
+        ),
+        (
+            "qwen2",
+            synthetic::Spec::narrow_k_quants("qwen2"),
+            "Q5_0, batched kernel; also 1 × Q8_0, batched kernel, 2 × Q5_1, batched kernel, 2 × Q4_K, batched kernel, tensor-free step",
+        ),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k.gguf");
         synthetic::write(&path, &spec);
         let mut m = load_model(&path, WeightFormat::Auto, &Device::Cpu).unwrap();
         let desc = m.model.weight_desc.clone();
         if mentor_lab::kernels::q4_has_simd() && mentor_lab::kernels::q6_has_simd() {
-            // 2 layers: V and down in Q6_K (and the tied head), the rest in Q4_K.
-            let expected = "Q4_K, batched kernel; also 5 × Q6_K, batched kernel, tensor-free step";
+            // 2 layers: V and down in their own formats (and the tied head), the rest in the main one.
             assert_eq!(desc, expected, "{arch}");
         }
         assert!(m.model.native_step(), "{arch}: {desc}");
@@ -199,7 +209,7 @@ fn k_quant_files_run_in_the_kernels_as_the_file_has_them() {
         let (native, tensor, _) = common::native_and_tensor_rows(&mut m, &ids);
         let (diffs, agree) = common::compare_rows(&native, &tensor);
         let max = diffs.iter().copied().fold(0.0, f32::max);
-        eprintln!("{arch} Q4_K_M: max |dlogit| {max:.5}, arg-max agrees {agree}/{}", diffs.len());
+        eprintln!("{arch} {:?}: max |dlogit| {max:.5}, arg-max agrees {agree}/{}", spec.dtype, diffs.len());
         assert!(max < 0.3, "{arch}: tensor-free and tensor steps differ by {max}");
         assert!(agree * 10 >= diffs.len() * 9, "{arch}: arg-max agrees at {agree} of {}", diffs.len());
         chunk_equals_steps(spec, WeightFormat::Auto, 0.5);

@@ -104,6 +104,31 @@ impl Spec {
             ..Default::default()
         }
     }
+
+    /// A Q5_K_M-like file: Q5_K matrices, Q6_K for V, the FFN's down projection and the
+    /// embedding, 256 wide.
+    #[allow(dead_code)]
+    pub fn q5_k_m(arch: &'static str) -> Spec {
+        Spec { dtype: GgmlDType::Q5K, ..Spec::q4_k_m(arch) }
+    }
+
+    /// A K-quant file whose width (224) is not a multiple of 256, as Qwen2.5-0.5B's (896) is
+    /// not: the quantizer's fallbacks, Q5_0 for Q4_K and Q5_1 for Q5_K (here V) and Q8_0 for
+    /// the embedding; the FFN's down projection (512 wide) keeps Q4_K.
+    #[allow(dead_code)]
+    pub fn narrow_k_quants(arch: &'static str) -> Spec {
+        Spec {
+            arch,
+            biases: arch == "qwen2",
+            n_embd: 224,
+            n_head: 7,
+            n_kv_head: 1,
+            n_ff: 512,
+            dtype: GgmlDType::Q5_0,
+            dtype_for: vec![("attn_v", GgmlDType::Q5_1), ("ffn_down", GgmlDType::Q4K), ("token_embd", GgmlDType::Q8_0)],
+            ..Default::default()
+        }
+    }
 }
 
 pub fn write(path: &Path, spec: &Spec) {
