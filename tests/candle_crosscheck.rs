@@ -154,7 +154,8 @@ fn synthetic_llama_and_qwen2_agree_with_candle_transformers() {
 #[test]
 fn k_quant_files_agree_with_candle_transformers() {
     let dir = tempfile::tempdir().unwrap();
-    let files: [(&str, usize, usize, fn(&'static str) -> synthetic::Spec); 4] = [
+    type SpecFor = fn(&'static str) -> synthetic::Spec;
+    let files: [(&str, usize, usize, SpecFor); 4] = [
         ("llama", 8, 1, synthetic::Spec::q4_k_m),
         ("qwen2", 4, 2, synthetic::Spec::q4_k_m),
         ("llama", 4, 1, synthetic::Spec::q5_k_m),

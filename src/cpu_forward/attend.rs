@@ -82,6 +82,7 @@ impl<'a> KvRows<'a> {
     ///
     /// # Safety
     /// `j < self.n()`.
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn ptr(&self, j: usize) -> *const f32 {
         match j < self.na {
