@@ -180,6 +180,20 @@ unsafe fn dot4_neon(
     vpadalq_s16(acc, pairs)
 }
 
+/// How far ahead of the weights it is reading a kernel asks for the same stream's bytes
+/// ([`prefetch_ahead`]): a decode step streams every weight once, and at 2 threads the hardware
+/// prefetchers alone leave the loads waiting on memory (see docs/performance.md).
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_BYTES: usize = 4096;
+
+/// Ask for the cache line `bytes` after `p` (a hint: it never faults, even past the matrix).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
+    use std::arch::x86_64::*;
+    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(bytes) as *const i8)
+}
+
 /// Horizontal sum of the 8 lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]

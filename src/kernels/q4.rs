@@ -362,7 +362,12 @@ impl Q4Matrix {
             true => {
                 let hb = high_row_bytes(self.n_in);
                 let at = |u: usize| self.high.as_ptr().add((o + u) * hb + b0 / GROUP_BLOCKS * BLOCK);
-                (std::array::from_fn(|u| _mm256_loadu_si256(at(u) as *const __m256i)), (b0 % GROUP_BLOCKS) as i32)
+                let plane = std::array::from_fn(|u| {
+                    // A quarter of the nibbles' bytes per row: the same rows ahead.
+                    prefetch_ahead(at(u), PREFETCH_BYTES / 4);
+                    _mm256_loadu_si256(at(u) as *const __m256i)
+                });
+                (plane, (b0 % GROUP_BLOCKS) as i32)
             }
             false => ([_mm256_setzero_si256(); U], 0),
         };
@@ -379,6 +384,7 @@ impl Q4Matrix {
                 let mut hi = [_mm512_setzero_si512(); U];
                 for u in 0..U {
                     let raw = _mm512_loadu_si512(nib[u].add(2 * t * BLOCK) as *const _);
+                    prefetch_ahead(nib[u].add(2 * t * BLOCK), PREFETCH_BYTES);
                     lo[u] = _mm512_and_si512(raw, mask);
                     hi[u] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), mask);
                     if HIGH {
@@ -404,6 +410,7 @@ impl Q4Matrix {
         } else if SIZE == 1 {
             let low = _mm_set1_epi8(0x0F);
             let w: [__m256i; U] = std::array::from_fn(|u| {
+                prefetch_ahead(nib[u], PREFETCH_BYTES);
                 let raw = _mm_loadu_si128(nib[u] as *const __m128i);
                 let w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low), _mm_and_si128(raw, low));
                 if HIGH {
@@ -429,6 +436,9 @@ impl Q4Matrix {
                 let mut hi = [_mm256_setzero_si256(); U];
                 for u in 0..U {
                     let raw = _mm256_loadu_si256(nib[u].add(t * BLOCK) as *const __m256i);
+                    if t % 2 == 0 {
+                        prefetch_ahead(nib[u].add(t * BLOCK), PREFETCH_BYTES);
+                    }
                     lo[u] = _mm256_and_si256(raw, mask);
                     hi[u] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
                     if HIGH {

@@ -192,6 +192,11 @@ impl Q6Matrix {
         for c in 0..ns {
             let mut comb = [_mm256_setzero_si256(); N];
             for h in 0..2 {
+                // The low nibbles are two thirds of the bytes, the high pairs one third.
+                prefetch_ahead(low.add(c * 128 + 64 * h), PREFETCH_BYTES);
+                if h == 0 {
+                    prefetch_ahead(high.add(c * 64), PREFETCH_BYTES / 2);
+                }
                 let hb = load(high.add(c * 64 + BLOCK * h));
                 let (raw0, raw1) = (load(low.add(c * 128 + 64 * h)), load(low.add(c * 128 + 64 * h + BLOCK)));
                 let w = [

@@ -242,7 +242,10 @@ impl Q8Matrix {
             // sums build up in both halves, added once per chunk (integers: the same sums).
             let mut wide = [[_mm512_setzero_si512(); N]; U];
             for v in 0..SIZE / 2 {
-                let w: [__m512i; U] = std::array::from_fn(|u| _mm512_loadu_si512(wq[u].add(2 * v * BLOCK) as *const _));
+                let w: [__m512i; U] = std::array::from_fn(|u| {
+                    prefetch_ahead(wq[u].add(2 * v * BLOCK) as *const u8, PREFETCH_BYTES);
+                    _mm512_loadu_si512(wq[u].add(2 * v * BLOCK) as *const _)
+                });
                 for j in 0..N {
                     let x = _mm512_loadu_si512(rows.xu[j].add(b0 * BLOCK + 2 * v * BLOCK) as *const _);
                     for u in 0..U {
@@ -260,8 +263,12 @@ impl Q8Matrix {
             // Unsigned activations (x + 128) straight into vpdpbusd, one instruction per row and
             // vector; the +128 is taken back once per group with the weights' block sums.
             for v in 0..SIZE {
-                let w: [__m256i; U] =
-                    std::array::from_fn(|u| _mm256_loadu_si256(wq[u].add(v * BLOCK) as *const __m256i));
+                let w: [__m256i; U] = std::array::from_fn(|u| {
+                    if v % 2 == 0 {
+                        prefetch_ahead(wq[u].add(v * BLOCK) as *const u8, PREFETCH_BYTES);
+                    }
+                    _mm256_loadu_si256(wq[u].add(v * BLOCK) as *const __m256i)
+                });
                 for j in 0..N {
                     let x = _mm256_loadu_si256(rows.xu[j].add(b0 * BLOCK + v * BLOCK) as *const __m256i);
                     for u in 0..U {
@@ -279,6 +286,9 @@ impl Q8Matrix {
             let ones = _mm256_set1_epi16(1);
             for v in 0..SIZE {
                 for u in 0..U {
+                    if v % 2 == 0 {
+                        prefetch_ahead(wq[u].add(v * BLOCK) as *const u8, PREFETCH_BYTES);
+                    }
                     let w = _mm256_loadu_si256(wq[u].add(v * BLOCK) as *const __m256i);
                     // |w| is unsigned and x takes w's sign: maddubs(|w|, sign(x, w)) sums w·x in
                     // pairs, and |w|, |x| ≤ 127 keeps each pair sum inside i16.
