@@ -198,6 +198,9 @@ struct LayerCache {
     v: Tensor, // (1, n_kv_head, capacity, head_dim)
 }
 
+/// Most tokens [`Transformer::feed`] runs in one forward.
+const FEED_PIECE: usize = 128;
+
 pub struct Transformer {
     pub config: ModelConfig,
     device: Device,
@@ -462,13 +465,19 @@ impl Transformer {
     /// CPU the default target's output head costs about a quarter as much per row as the rest of
     /// the forward, all of it wasted on rows nobody reads. The tensor path computes them anyway.
     pub fn feed(&mut self, tokens: &[u32]) -> Result<()> {
-        if self.native && self.cpu.is_some() {
-            self.check_new_tokens(tokens)?;
-            if self.native_hidden(tokens)?.is_some() {
-                return Ok(());
+        // A long prompt goes in pieces: each piece's rows come out as they would all together,
+        // and its activations stay a few MB (allocations of tens of MB come fresh from the
+        // kernel each time, and their page faults took a fifth of a long prefill).
+        for piece in tokens.chunks(FEED_PIECE) {
+            if self.native && self.cpu.is_some() {
+                self.check_new_tokens(piece)?;
+                if self.native_hidden(piece)?.is_some() {
+                    continue;
+                }
             }
+            self.forward(piece)?;
         }
-        self.forward(tokens).map(|_| ())
+        Ok(())
     }
 
     /// Feed `tokens` and return the logits of the last one only (a draft catching up on the
