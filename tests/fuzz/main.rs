@@ -318,7 +318,8 @@ fn fuzz_synthetic_tokenizer(seed: u64, n: u64) -> (u64, u64) {
 }
 
 /// A synthetic model written to disk and loaded, then one forward pass over the prompt: mutations
-/// fall anywhere, weights included. Three models: qwen2 F32, llama Q8_0, llama Q4_K_M-like.
+/// fall anywhere, weights included. Four models: qwen2 F32, llama Q8_0, llama Q4_K_M-like, and a
+/// qwen2 in the K formats' 5-bit fallbacks.
 fn fuzz_load_forward(seed: u64, n: u64) -> (u64, u64) {
     let dir = tempfile::tempdir().unwrap();
     let mut bases: Vec<Vec<u8>> = [("qwen2", GgmlDType::F32), ("llama", GgmlDType::Q8_0)]
@@ -329,6 +330,10 @@ fn fuzz_load_forward(seed: u64, n: u64) -> (u64, u64) {
     let k_path = dir.path().join("llama-k.gguf");
     synthetic::write(&k_path, &synthetic::Spec { n_layer: 1, ..synthetic::Spec::q4_k_m("llama") });
     bases.push(std::fs::read(&k_path).unwrap());
+    // One 224 wide in Q5_0, Q5_1, Q8_0 and Q4_K blocks, read by the 5-bit kernels.
+    let q5_path = dir.path().join("qwen2-q5.gguf");
+    synthetic::write(&q5_path, &synthetic::Spec { n_layer: 1, ..synthetic::Spec::narrow_k_quants("qwen2") });
+    bases.push(std::fs::read(&q5_path).unwrap());
     let heads: Vec<usize> = bases.iter().map(|b| header_len(b)).collect();
     let hots: Vec<Vec<Range<usize>>> = bases.iter().zip(&heads).map(|(b, &h)| hot_regions(b, h)).collect();
     let path = dir.path().join("mutated.gguf");
