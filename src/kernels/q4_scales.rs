@@ -1,5 +1,5 @@
-//! The per-block scales and offsets of a 4-bit matrix: f32 per block (Q4_0, Q4_1) or Q4_K's
-//! compact super-block form, and the raw pointers the x86 kernels read them through.
+//! The per-block scales and offsets of a 4- or 5-bit matrix: the file's f16 values, or the K
+//! formats' compact super-block form, and the raw pointers the x86 kernels read them through.
 
 use super::*;
 use half::f16;
