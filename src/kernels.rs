@@ -6,8 +6,8 @@
 //! block is loaded once and used for every row while it is in registers, so the cost of extra rows
 //! is arithmetic only.
 //!
-//! Formats: Q8_0 ([`Q8Matrix`]) and the 4-bit Q4_1 / Q4_0 ([`Q4Matrix`]) as in GGML, blocks of 32
-//! weights with their own scale. The activations are quantized to Q8_0 per row, so a block's dot
+//! Formats: Q8_0 ([`Q8Matrix`]), the 4- and 5-bit Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q5_K
+//! ([`Q4Matrix`]) and Q6_K ([`Q6Matrix`]) as in GGML, each block of 32 weights with its own scale. The activations are quantized to Q8_0 per row, so a block's dot
 //! product is an exact integer sum times the two scales. Per (row, block) the arithmetic is the
 //! same whatever the number of rows, so a batched result equals the single-row result exactly.
 //!

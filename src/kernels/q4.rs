@@ -3,9 +3,11 @@
 
 use super::*;
 
-/// A 4-bit matrix `(n_out, n_in)` as GGML's Q4_1 (and Q4_0, with m = −8·d): each block of 32
-/// weights is `d · q + m` with q in 0..15. Half the bytes of Q8_0, so a decode step, which is
-/// bound by reading the weights, is cheaper; and it is exactly the file's own quantization.
+/// A 4- or 5-bit matrix `(n_out, n_in)` as GGML's Q4_1 (Q4_0 with m = −8·d; Q4_K with its
+/// super-block scales; the Q5 formats with a fifth bit per quant, [`super::q5`]): each block of 32
+/// weights is `d · q + m` with q in 0..15 (0..31). About half the bytes of Q8_0, so a decode
+/// step, which is bound by reading the weights, is cheaper; and it is exactly the file's own
+/// quantization.
 ///
 /// Block dot product with Q8_0 activations (scale s, quants x):
 /// Σ (d·q_i + m)·s·x_i = d·s·Σ q_i·x_i + m·s·Σ x_i, where s·Σ x_i is computed once per activation
