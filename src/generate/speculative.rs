@@ -49,13 +49,6 @@ pub fn generate_speculative(
         noise: RaceNoise::new(req.seed, n_vocab),
         n_vocab,
     };
-    if req.tree.is_some() && !matches!(rounds.source, DraftModel::Independent) {
-        return Err(EngineError::InvalidSetting(format!(
-            "{} is a feature draft; a tree of candidates is drafted by an independent draft model. Draft a chain \
-             with it, or pick an independent draft",
-            draft.info.path.display()
-        )));
-    }
     while !run.done() {
         if let Some(shape) = req.tree {
             rounds.tree_round(&mut run, tmodel, dmodel, shape)?;

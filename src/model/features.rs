@@ -80,6 +80,40 @@ impl Transformer {
         Ok((last, logits))
     }
 
+    /// A feature draft's step over the nodes of a tree (see [`Self::forward_tree`] for `parents`):
+    /// node i reads feature `feats[i]` (its parent's predicted feature) and the embedding of
+    /// `tokens[i]`, at the position of its depth. Returns each node's predicted next feature
+    /// `(n, n_embd)` and its logits, one row per node.
+    pub fn forward_features_tree(
+        &mut self,
+        tokens: &[u32],
+        feats: &[f32],
+        parents: &[Option<usize>],
+    ) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+        self.check_new_tokens(tokens)?;
+        let (d, n) = (self.config.n_embd, tokens.len());
+        if feats.len() != n * d {
+            return Err(EngineError::InvalidSetting("feature draft: one feature per token expected".into()));
+        }
+        let (region, rows) = self.grow_tree(n, parents)?;
+        let emb = self.embed.rows(tokens)?;
+        let x = self.feature_input()?.input(&emb, feats);
+        let (pos, max) = (self.n_cached, self.cos.dims()[0]);
+        let Some(cpu) = self.cpu.as_mut() else {
+            return Err(EngineError::InvalidSetting("feature draft needs the CPU step".into()));
+        };
+        cpu.reserve(&self.config, pos + n, pos, max);
+        let h = cpu.forward_at(&self.config, x, pos, crate::cpu_forward::Attend::Tree(&rows));
+        self.n_cached = pos + n;
+        self.tree = Some(region);
+        let logits = match (&self.small_head, self.restrict_head) {
+            (Some(s), true) => s.logits(&h, n, self.config.n_vocab),
+            _ => self.head_logits(h.clone(), n)?.flatten_all()?.to_vec1::<f32>()?,
+        };
+        let v = self.config.n_vocab;
+        Ok((h, logits.chunks_exact(v).map(<[f32]>::to_vec).collect()))
+    }
+
     /// A feature draft without an embedding of its own takes its target's: the token embedding
     /// and the head rows of the tokens its file lists. Cheap when `target` is the one it already
     /// borrowed from.

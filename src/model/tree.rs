@@ -38,10 +38,36 @@ impl Transformer {
     /// call starts the tree at the current end of the cache. Returns one row of logits per node,
     /// computed when asked for ([`Self::lazy_rows`]).
     pub fn forward_tree(&mut self, tokens: &[u32], parents: &[Option<usize>]) -> Result<LazyLogits> {
-        if tokens.len() != parents.len() {
-            return Err(EngineError::Internal(format!("tree: {} tokens but {} parents", tokens.len(), parents.len())));
-        }
         self.check_new_tokens(tokens)?;
+        let (region, rows) = self.grow_tree(tokens.len(), parents)?;
+        let n = tokens.len();
+        let lazy = if self.native && self.cpu.is_some() && !self.restrict_head {
+            self.native_hidden_at(tokens, Some(&rows))?.map(|hidden| LazyLogits { hidden, rows: vec![None; n] })
+        } else {
+            None
+        };
+        let lazy = match lazy {
+            Some(l) => l,
+            None => {
+                let on_pool = self.device.is_cpu() && !self.native && rayon::current_thread_index().is_none();
+                let logits = match on_pool {
+                    true => rayon::scope(|_| self.forward_impl(tokens, Some(&rows)))?,
+                    false => self.forward_impl(tokens, Some(&rows))?,
+                };
+                let rows = logits.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
+                LazyLogits { hidden: Vec::new(), rows: rows.into_iter().map(Some).collect() }
+            }
+        };
+        self.tree = Some(region);
+        Ok(lazy)
+    }
+
+    /// The tree region after adding `n` nodes that follow `parents` (see [`Self::forward_tree`]),
+    /// and the rows the new nodes attend to. The region is stored once their forward is done.
+    pub(super) fn grow_tree(&mut self, n: usize, parents: &[Option<usize>]) -> Result<(TreeRegion, TreeRows)> {
+        if n != parents.len() {
+            return Err(EngineError::Internal(format!("tree: {n} tokens but {} parents", parents.len())));
+        }
         let mut region = match self.tree.take() {
             Some(t) if t.start + t.parent.len() == self.n_cached => t,
             _ => TreeRegion { start: self.n_cached, ..TreeRegion::default() },
@@ -68,26 +94,7 @@ impl Transformer {
                 .map(|i| region.path_to(i).into_iter().map(|n| region.start + n).collect())
                 .collect(),
         };
-        let n = tokens.len();
-        let lazy = if self.native && self.cpu.is_some() && !self.restrict_head {
-            self.native_hidden_at(tokens, Some(&rows))?.map(|hidden| LazyLogits { hidden, rows: vec![None; n] })
-        } else {
-            None
-        };
-        let lazy = match lazy {
-            Some(l) => l,
-            None => {
-                let on_pool = self.device.is_cpu() && !self.native && rayon::current_thread_index().is_none();
-                let logits = match on_pool {
-                    true => rayon::scope(|_| self.forward_impl(tokens, Some(&rows)))?,
-                    false => self.forward_impl(tokens, Some(&rows))?,
-                };
-                let rows = logits.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
-                LazyLogits { hidden: Vec::new(), rows: rows.into_iter().map(Some).collect() }
-            }
-        };
-        self.tree = Some(region);
-        Ok(lazy)
+        Ok((region, rows))
     }
 
     /// Keep the tree's nodes `path` (a root's child of the text before the tree, then each

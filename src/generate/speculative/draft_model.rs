@@ -78,6 +78,78 @@ impl DraftModel {
         }
     }
 
+    /// The draft's rows for tree nodes `tokens` that follow the draft's tree nodes `parents`
+    /// (None: the context). A feature draft reads node i's parent's predicted feature `feats[i]`.
+    /// Returns per node its logits and, for a feature draft, its predicted next feature.
+    pub(super) fn tree_step(
+        &mut self,
+        dmodel: &mut Transformer,
+        tokens: &[u32],
+        parents: &[Option<usize>],
+        feats: &[&[f32]],
+    ) -> Result<Vec<(Vec<f32>, Option<Vec<f32>>)>> {
+        let missing = || EngineError::Internal("tree: draft row missing".into());
+        match self {
+            DraftModel::Independent => {
+                let mut rows = dmodel.forward_tree(tokens, parents)?;
+                dmodel.lazy_rows(&mut rows, tokens.len())?;
+                (0..tokens.len()).map(|i| Ok((rows.row(i).ok_or_else(missing)?.to_vec(), None))).collect()
+            }
+            DraftModel::Feature { d_feat, .. } => {
+                let d = *d_feat;
+                let (h, logits) = dmodel.forward_features_tree(tokens, &feats.concat(), parents)?;
+                Ok(logits.into_iter().zip(h.chunks_exact(d)).map(|(l, f)| (l, Some(f.to_vec()))).collect())
+            }
+        }
+    }
+
+    /// The feature a feature draft predicted for the last position it caught up on (the round's
+    /// root); None for an independent draft.
+    pub(super) fn predicted(&self) -> Option<&[f32]> {
+        match self {
+            DraftModel::Independent => None,
+            DraftModel::Feature { predicted, .. } => Some(predicted),
+        }
+    }
+
+    /// Roll the draft back after a tree round that started at `base` and settled the context up
+    /// to `keep + 1` tokens along the target's tree nodes `path` (root first). An independent
+    /// draft keeps its rows of the path (`fed`: their indices among the draft's tree nodes); a
+    /// feature draft takes the target's features of the settled path nodes, as after a chain.
+    pub(super) fn settle_tree(
+        &mut self,
+        tmodel: &Transformer,
+        dmodel: &mut Transformer,
+        rows: &LazyLogits,
+        (base, keep): (usize, usize),
+        (path, fed): (&[usize], &[usize]),
+    ) -> Result<()> {
+        match self {
+            DraftModel::Independent => {
+                if !fed.is_empty() {
+                    dmodel.keep_path(fed)?;
+                }
+                dmodel.truncate(keep);
+            }
+            DraftModel::Feature { feats, d_feat, .. } => {
+                let d = *d_feat;
+                let (hidden, taps) = (rows.hidden(), tmodel.last_taps());
+                let per_row = taps.len() / rows.len().max(1);
+                let missing = || EngineError::Internal("feature draft: verify hidden states missing".into());
+                let n = (keep + 1).saturating_sub(base);
+                let (mut h, mut t) = (Vec::with_capacity(n * d), Vec::with_capacity(n * per_row));
+                for &node in path.iter().take(n) {
+                    h.extend_from_slice(hidden.get(node * d..(node + 1) * d).ok_or_else(missing)?);
+                    t.extend_from_slice(taps.get(node * per_row..(node + 1) * per_row).unwrap_or(&[]));
+                }
+                feats.truncate((base - 1) * d);
+                feats.extend(dmodel.lift_features(&h, &t)?);
+                dmodel.truncate(base - 1);
+            }
+        }
+        Ok(())
+    }
+
     /// Roll the draft back after a round that started at `base` and settled the context up to
     /// `keep + 1` tokens. A feature draft takes the target's features of the settled positions
     /// (its verify rows up to the last emitted token: the chain's, then `side_row`'s where a side

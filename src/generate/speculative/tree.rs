@@ -5,7 +5,7 @@
 //! children. The text emitted is the one a chain, or the target alone at D = 0, would emit: the
 //! tree only decides how much of it one round settles.
 
-use super::{DraftModel, Rounds};
+use super::Rounds;
 use crate::error::{EngineError, Result};
 use crate::generate::{
     beside_log_z, plain_token, top_entries, GenEvent, RoundInfo, Run, TokenInfo, TokenSource, TreeShape,
@@ -28,6 +28,8 @@ struct Tree {
     /// The node's index among the draft's tree nodes, for the nodes it ran (the root is not one:
     /// the draft had the context already).
     draft_node: Vec<Option<usize>>,
+    /// A feature draft's predicted feature after the node, for the nodes it ran and the root.
+    feat: Vec<Option<Vec<f32>>>,
 }
 
 impl Tree {
@@ -39,6 +41,7 @@ impl Tree {
             children: vec![Vec::new()],
             q: vec![None],
             draft_node: vec![None],
+            feat: vec![None],
         }
     }
 
@@ -51,6 +54,7 @@ impl Tree {
         self.children[parent].push(n);
         self.q.push(None);
         self.draft_node.push(None);
+        self.feat.push(None);
         n
     }
 
@@ -92,10 +96,7 @@ impl Rounds<'_> {
         tmodel.keep_path(&path)?;
         tmodel.truncate(keep);
         let fed: Vec<usize> = path[1..].iter().map_while(|&n| tree.draft_node[n]).collect();
-        if !fed.is_empty() {
-            dmodel.keep_path(&fed)?;
-        }
-        dmodel.truncate(keep);
+        self.source.settle_tree(tmodel, dmodel, &rows, (base, keep), (&path, &fed))?;
         let n_proposed = tree.tokens.len() - 1;
         let n_accepted = path.len() - 1;
         let s = &mut run.stats;
@@ -126,12 +127,13 @@ impl Rounds<'_> {
         let base = run.context.len();
         let mut tree = Tree::new(run.context[base - 1]);
         let depth = shape.depth.min(run.remaining());
-        if depth == 0 || !matches!(self.source, DraftModel::Independent) {
+        if depth == 0 || !self.source.can_draft(base) {
             return Ok(tree);
         }
         let is_stop = |x: &u32| !req.ignore_eos && run.tok.stop_ids.contains(x);
         let (logits, _) = self.source.catch_up(dmodel, &run.context)?;
         tree.q[0] = Some(probabilities(&logits, &run.context, &req.sampling, self.n_vocab));
+        tree.feat[0] = self.source.predicted().map(<[f32]>::to_vec);
         // Per node: the draft's probability of its path, and whether it is on the chain the
         // draft alone would propose (each race's winner after the last): that chain always
         // stays in the tree, so a tree settles at least what the chain would.
@@ -169,14 +171,19 @@ impl Rounds<'_> {
             let parents: Vec<Option<usize>> =
                 expand.iter().map(|&n| tree.parent[n].and_then(|p| tree.draft_node[p])).collect();
             let tokens: Vec<u32> = expand.iter().map(|&n| tree.tokens[n]).collect();
-            let mut rows = dmodel.forward_tree(&tokens, &parents)?;
-            dmodel.lazy_rows(&mut rows, expand.len())?;
-            for (i, &n) in expand.iter().enumerate() {
+            // A feature draft's node reads its parent's predicted feature (the root's: the one
+            // its catch-up predicted).
+            let feats: Vec<&[f32]> = expand
+                .iter()
+                .map(|&n| tree.parent[n].and_then(|p| tree.feat[p].as_deref()).unwrap_or(&[]))
+                .collect();
+            let rows = self.source.tree_step(dmodel, &tokens, &parents, &feats)?;
+            for (i, (&n, (row, feat))) in expand.iter().zip(rows).enumerate() {
                 tree.draft_node[n] = Some(n_before + i);
-                let row = rows.row(i).ok_or_else(|| EngineError::Internal("tree: draft row missing".into()))?;
                 let mut text = run.context.clone();
                 text.extend(tree.path_tokens(n));
-                tree.q[n] = Some(probabilities(row, &text, &req.sampling, self.n_vocab));
+                tree.q[n] = Some(probabilities(&row, &text, &req.sampling, self.n_vocab));
+                tree.feat[n] = feat;
             }
             frontier = expand;
         }
