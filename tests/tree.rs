@@ -268,3 +268,51 @@ fn side_offers_keep_the_text_and_settle_more_per_round() {
         assert_eq!(got, chain, "{name}: side offers changed the mentored text");
     }
 }
+
+/// With an adaptive draft length the policy shapes the tree. One wide, the tree is the adaptive
+/// chain: it decides to draft, how deep, and learns from each round as the chain does, round for
+/// round. Wider, with verify rows cheap enough, it verifies runners-up and branches beside the
+/// chain, and the text at D = 0 is still the target's. Both drafts.
+#[test]
+fn adaptive_trees_follow_the_policy() {
+    use mentor_lab::adaptive::FixedCosts;
+    for (name, mut engine) in [("independent", the_pair()), ("feature", with_feature_draft())] {
+        let base = GenerateRequest {
+            prompt: PROMPT.into(),
+            max_tokens: 64,
+            ignore_eos: true,
+            seed: 29,
+            mode: Mode::Speculative,
+            draft_len: DraftLen::Auto,
+            lookup: false,
+            costs: Some(FixedCosts::default_pair(0.01)),
+            ..GenerateRequest::default()
+        };
+        let (want, _) = ids(&mut engine, &GenerateRequest { mode: Mode::Target, ..base.clone() });
+        let (chain, chain_stats) = ids(&mut engine, &base);
+        assert_eq!(chain, want, "{name}: adaptive chain vs target-only");
+        let one_wide = Some(TreeShape { width: 1, depth: 16 });
+        let (got, stats) = ids(&mut engine, &GenerateRequest { tree: one_wide, ..base.clone() });
+        assert_eq!(got, want, "{name}: one-wide adaptive tree vs target-only");
+        assert_eq!(
+            (stats.n_rounds, stats.n_drafted, stats.n_accepted),
+            (chain_stats.n_rounds, chain_stats.n_drafted, chain_stats.n_accepted),
+            "{name}: a one-wide adaptive tree is not the adaptive chain"
+        );
+        let cheap = Some(FixedCosts { draft_token_s: 0.001, verify_base_s: 0.0095, verify_row_s: 0.0005 });
+        let (_, cheap_chain) = ids(&mut engine, &GenerateRequest { costs: cheap, ..base.clone() });
+        let wide = Some(TreeShape { width: 3, depth: 16 });
+        let (got, stats) = ids(&mut engine, &GenerateRequest { tree: wide, costs: cheap, ..base.clone() });
+        eprintln!(
+            "{name}: adaptive tree {} rounds, {} verified, {} accepted; chain {} rounds, {} drafted, {} accepted",
+            stats.n_rounds,
+            stats.n_drafted,
+            stats.n_accepted,
+            cheap_chain.n_rounds,
+            cheap_chain.n_drafted,
+            cheap_chain.n_accepted
+        );
+        assert_eq!(got, want, "{name}: adaptive tree vs target-only");
+        assert!(stats.n_drafted > cheap_chain.n_drafted, "{name}: no candidates beside the chain");
+    }
+}

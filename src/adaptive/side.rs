@@ -21,6 +21,15 @@ impl AdaptivePolicy {
         self.accept.observe_side(q_x, hit);
     }
 
+    /// Whether a candidate node of a tree round that holds `n` nodes besides its root, which the
+    /// walk reaches and takes with estimated probability `reach`, is worth one more verify row:
+    /// `reach` at least the best rate expected times that row's cost (the test for side offers).
+    /// False until the costs are measured, and past `MAX_DRAFT_LEN` nodes.
+    pub fn node_pays(&self, reach: f64, n: usize) -> bool {
+        let Some(best) = self.best_rate() else { return false };
+        n < MAX_DRAFT_LEN && self.costs.row(n).is_some_and(|row| reach >= best * row)
+    }
+
     /// Which side offers to verify beside a chain of `k` proposed tokens. `offers[i]` is the
     /// probability that the walk reaches the offer's position and the offer's draft probability.
     /// An offer costs one verify row; when the target's token is that offer it settles one more

@@ -113,8 +113,10 @@ fn tree_ui(s: &mut Settings, ui: &mut egui::Ui) {
     .on_hover_text(
         "Each round the draft offers its first choices at every depth (as deep as the draft length), \
          and the target verifies the whole tree in one forward pass; the walk follows the target's own \
-         token down the tree. The text is exactly the chain's, so a tree can only raise acceptance; \
-         each node is one more row of the verify forward. Needs an independent draft. The inspector \
+         token down the tree. With the independent draft (or at budget 0) the text is exactly the chain's, \
+         so a tree can only raise acceptance; each node is one more row of the verify forward. The \
+         feature draft's nodes read the features it predicted for their parents. With the adaptive \
+         length the policy shapes each round's tree inside this width and the draft length. The inspector \
          shows, at each depth of a round, the candidates that were verified there.",
     );
 }

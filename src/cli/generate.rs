@@ -56,7 +56,8 @@ pub struct GenerateArgs {
     #[arg(long)]
     no_copy_tail: bool,
     /// Draft a tree of candidates each round, WIDTHxDEPTH (e.g. 3x6), verified in one forward,
-    /// instead of a chain (same-seed coupling; --draft-len is then unused).
+    /// instead of a chain (same-seed coupling). With --draft-len auto the policy shapes each
+    /// round's tree inside WIDTHxDEPTH from the measured costs and acceptance.
     #[arg(long, value_name = "WxD")]
     tree: Option<mentor_lab::generate::TreeShape>,
     /// Same-seed coupling, independent draft: also verify the draft's runners-up beside the

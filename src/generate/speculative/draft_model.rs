@@ -6,6 +6,9 @@ use crate::error::{EngineError, Result};
 use crate::gguf::FeatureDraftSpec;
 use crate::model::{LazyLogits, Transformer};
 
+/// A draft tree node's logits and, for a feature draft, its predicted next feature.
+pub(super) type NodeRow = (Vec<f32>, Option<Vec<f32>>);
+
 /// The draft model of a pair: the independent draft reads tokens; the feature draft reads the
 /// target's hidden states too (see `Transformer::forward_features`).
 pub(super) enum DraftModel {
@@ -87,7 +90,7 @@ impl DraftModel {
         tokens: &[u32],
         parents: &[Option<usize>],
         feats: &[&[f32]],
-    ) -> Result<Vec<(Vec<f32>, Option<Vec<f32>>)>> {
+    ) -> Result<Vec<NodeRow>> {
         let missing = || EngineError::Internal("tree: draft row missing".into());
         match self {
             DraftModel::Independent => {

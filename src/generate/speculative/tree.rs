@@ -6,6 +6,7 @@
 //! tree only decides how much of it one round settles.
 
 use super::Rounds;
+use crate::adaptive::{draft_token_s, MAX_DRAFT_LEN, MAX_SIDE_OFFERS};
 use crate::error::{EngineError, Result};
 use crate::generate::{
     beside_log_z, plain_token, top_entries, GenEvent, RoundInfo, Run, TokenInfo, TokenSource, TreeShape,
@@ -30,6 +31,13 @@ struct Tree {
     draft_node: Vec<Option<usize>>,
     /// A feature draft's predicted feature after the node, for the nodes it ran and the root.
     feat: Vec<Option<Vec<f32>>>,
+    /// Whether the node is on the chain the draft alone would propose (each race's winner after
+    /// the last).
+    on_chain: Vec<bool>,
+    /// Draft forwards run (the catch-up included), tokens the catch-up fed and its time.
+    n_forwards: usize,
+    caught_up: usize,
+    catch_up_s: f64,
 }
 
 impl Tree {
@@ -42,10 +50,14 @@ impl Tree {
             q: vec![None],
             draft_node: vec![None],
             feat: vec![None],
+            on_chain: vec![true],
+            n_forwards: 0,
+            caught_up: 0,
+            catch_up_s: 0.0,
         }
     }
 
-    fn push(&mut self, token: u32, parent: usize) -> usize {
+    fn push(&mut self, token: u32, parent: usize, on_chain: bool) -> usize {
         let n = self.tokens.len();
         self.tokens.push(token);
         self.parent.push(Some(parent));
@@ -55,6 +67,7 @@ impl Tree {
         self.q.push(None);
         self.draft_node.push(None);
         self.feat.push(None);
+        self.on_chain.push(on_chain);
         n
     }
 
@@ -69,6 +82,20 @@ impl Tree {
         out.reverse();
         out
     }
+}
+
+/// A candidate node of the next depth.
+struct Candidate {
+    /// On the chain the draft alone would propose.
+    on_chain: bool,
+    /// Its parent's race's first choice.
+    first: bool,
+    /// The draft's probability of its path.
+    score: f64,
+    /// The estimated chance that the walk reaches it.
+    reach: f64,
+    parent: usize,
+    token: u32,
 }
 
 impl Rounds<'_> {
@@ -99,6 +126,13 @@ impl Rounds<'_> {
         self.source.settle_tree(tmodel, dmodel, &rows, (base, keep), (&path, &fed))?;
         let n_proposed = tree.tokens.len() - 1;
         let n_accepted = path.len() - 1;
+        if self.auto {
+            // The policy's acceptance is the chain's: the path's leading run of first choices.
+            let n_chain = path[1..].iter().take_while(|&&n| tree.on_chain[n]).count();
+            let per_forward = draft_token_s(tree.n_forwards, draft_s, tree.caught_up, tree.catch_up_s);
+            let round_s = t_round.elapsed().as_secs_f64() - draft_s;
+            self.policy.observe(n_proposed, n_chain, per_forward, round_s);
+        }
         let s = &mut run.stats;
         s.n_rounds += 1;
         s.n_drafted += n_proposed;
@@ -122,47 +156,82 @@ impl Rounds<'_> {
     /// Propose: depth by depth, the `width` most likely of the candidates (each expanded node's
     /// `width` best tokens of the race at its position, scored by the draft's probability of the
     /// path), one draft forward per depth over its new nodes. Never deeper than the tokens left.
+    ///
+    /// With an adaptive draft length the policy shapes the tree instead: each node's estimated
+    /// chance that the walk reaches it (the product of its path's acceptance estimates: by draft
+    /// probability for a race's first choice, as a side offer's for the others) decides, with the
+    /// measured costs, which candidates get a verify row (every expanded node's first choice, as a
+    /// chain drafts it; the others while they pay as side offers do) and which nodes the draft
+    /// expands (as the depth rule decides whether a chain drafts on). Where no branch pays, the
+    /// tree is the adaptive chain; where drafting does not pay, it is the root alone (a step).
     fn propose_tree(&mut self, run: &Run, dmodel: &mut Transformer, shape: TreeShape) -> Result<Tree> {
         let req = self.req;
         let base = run.context.len();
         let mut tree = Tree::new(run.context[base - 1]);
         let depth = shape.depth.min(run.remaining());
-        if depth == 0 || !self.source.can_draft(base) {
+        if depth == 0 || !self.source.can_draft(base) || (self.auto && self.policy.next_len(MAX_DRAFT_LEN) == 0) {
             return Ok(tree);
         }
+        let thresholds = match self.auto {
+            true => self.policy.depth_thresholds(),
+            false => [0.0; MAX_DRAFT_LEN + 1],
+        };
         let is_stop = |x: &u32| !req.ignore_eos && run.tok.stop_ids.contains(x);
-        let (logits, _) = self.source.catch_up(dmodel, &run.context)?;
+        let t_catch_up = Instant::now();
+        let (logits, caught_up) = self.source.catch_up(dmodel, &run.context)?;
+        (tree.caught_up, tree.catch_up_s, tree.n_forwards) = (caught_up, t_catch_up.elapsed().as_secs_f64(), 1);
         tree.q[0] = Some(probabilities(&logits, &run.context, &req.sampling, self.n_vocab));
         tree.feat[0] = self.source.predicted().map(<[f32]>::to_vec);
-        // Per node: the draft's probability of its path, and whether it is on the chain the
-        // draft alone would propose (each race's winner after the last): that chain always
-        // stays in the tree, so a tree settles at least what the chain would.
-        let (mut score, mut chain) = (vec![1.0f64], vec![true]);
+        // Per node: the draft's probability of its path and the estimated chance that the walk
+        // reaches it. The chain the draft alone would propose always stays in the tree, so a tree
+        // settles at least what the chain would.
+        let (mut score, mut reach) = (vec![1.0f64], vec![1.0f64]);
         let mut frontier = vec![0usize];
         for d in 0..depth {
             let at = (base - run.n_prompt + d) as u64;
-            // (on the chain, score, parent, token) of the next depth's candidates.
-            let mut candidates: Vec<(bool, f64, usize, u32)> = Vec::new();
+            let mut candidates: Vec<Candidate> = Vec::new();
             for &node in &frontier {
                 let Some(q) = &tree.q[node] else { continue };
                 for (rank, x) in race_top(q, self.noise.at(at), shape.width).into_iter().enumerate() {
-                    candidates.push((chain[node] && rank == 0, score[node] * q[x] as f64, node, x as u32));
+                    let estimate = match rank {
+                        0 => self.policy.accept_estimate(q[x]),
+                        _ => self.policy.side_estimate(q[x]),
+                    };
+                    candidates.push(Candidate {
+                        on_chain: tree.on_chain[node] && rank == 0,
+                        first: rank == 0,
+                        score: score[node] * q[x] as f64,
+                        reach: reach[node] * estimate,
+                        parent: node,
+                        token: x as u32,
+                    });
                 }
             }
-            candidates.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)));
-            candidates.truncate(shape.width);
-            if candidates.is_empty() {
+            let kept = match self.auto {
+                true => self.kept_by_policy(candidates, tree.tokens.len() - 1),
+                false => {
+                    candidates.sort_by(|a, b| b.on_chain.cmp(&a.on_chain).then(b.score.total_cmp(&a.score)));
+                    candidates.truncate(shape.width);
+                    candidates
+                }
+            };
+            if kept.is_empty() {
                 break;
             }
             frontier.clear();
-            for &(on_chain, sc, parent, x) in &candidates {
-                let n = tree.push(x, parent);
-                score.push(sc);
-                chain.push(on_chain);
+            for c in &kept {
+                let n = tree.push(c.token, c.parent, c.on_chain);
+                score.push(c.score);
+                reach.push(c.reach);
                 frontier.push(n);
             }
             let last = d + 1 == depth || run.cancel.load(Ordering::Relaxed);
-            let expand: Vec<usize> = frontier.iter().copied().filter(|n| !is_stop(&tree.tokens[*n])).collect();
+            let n_nodes = (tree.tokens.len() - 1).min(MAX_DRAFT_LEN);
+            let expand: Vec<usize> = frontier
+                .iter()
+                .copied()
+                .filter(|n| !is_stop(&tree.tokens[*n]) && reach[*n] >= thresholds[n_nodes])
+                .collect();
             if last || expand.is_empty() {
                 break;
             }
@@ -173,11 +242,10 @@ impl Rounds<'_> {
             let tokens: Vec<u32> = expand.iter().map(|&n| tree.tokens[n]).collect();
             // A feature draft's node reads its parent's predicted feature (the root's: the one
             // its catch-up predicted).
-            let feats: Vec<&[f32]> = expand
-                .iter()
-                .map(|&n| tree.parent[n].and_then(|p| tree.feat[p].as_deref()).unwrap_or(&[]))
-                .collect();
+            let feats: Vec<&[f32]> =
+                expand.iter().map(|&n| tree.parent[n].and_then(|p| tree.feat[p].as_deref()).unwrap_or(&[])).collect();
             let rows = self.source.tree_step(dmodel, &tokens, &parents, &feats)?;
+            tree.n_forwards += 1;
             for (i, (&n, (row, feat))) in expand.iter().zip(rows).enumerate() {
                 tree.draft_node[n] = Some(n_before + i);
                 let mut text = run.context.clone();
@@ -188,6 +256,22 @@ impl Rounds<'_> {
             frontier = expand;
         }
         Ok(tree)
+    }
+
+    /// The candidates of one depth an adaptive tree verifies, with `n_nodes` nodes in the tree
+    /// already: every first choice (its parent's expansion paid for its row), then the others,
+    /// most likely first, while the policy says a row pays for them.
+    fn kept_by_policy(&self, mut candidates: Vec<Candidate>, n_nodes: usize) -> Vec<Candidate> {
+        candidates.sort_by(|a, b| b.first.cmp(&a.first).then(b.reach.total_cmp(&a.reach)));
+        let mut kept: Vec<Candidate> = Vec::with_capacity(candidates.len());
+        for c in candidates {
+            let n = n_nodes + kept.len();
+            if n >= MAX_DRAFT_LEN || !(c.first || self.policy.node_pays(c.reach, n)) {
+                break;
+            }
+            kept.push(c);
+        }
+        kept
     }
 
     /// Walk the tree from the root: at a node the draft expanded, emit the race's winner under π
@@ -225,6 +309,17 @@ impl Rounds<'_> {
                 (pt, mixed)
             })?;
             let y = race_argmax(&mixed.pi_mixed, self.noise.at(pos)) as u32;
+            if self.auto {
+                // What the policy learns at a chain's verified position: whether the race's first
+                // choice was the target's token, and whether a runner-up was.
+                let top = race_top(q, self.noise.at(pos), 1 + MAX_SIDE_OFFERS);
+                if let Some((&first, rest)) = top.split_first() {
+                    self.policy.observe_drafted(q[first], if y as usize == first { 1.0 } else { 0.0 });
+                    for &t in rest {
+                        self.policy.observe_side(q[t], y as usize == t);
+                    }
+                }
+            }
             let next = tree.children[node].iter().copied().find(|&c| tree.tokens[c] == y);
             let first_choice = tree.tokens[tree.children[node][0]];
             let offers: Vec<u32> = tree.children[node][1..].iter().map(|&c| tree.tokens[c]).collect();
