@@ -435,7 +435,7 @@ impl Transformer {
         let x = self.embed.rows(tokens)?;
         cpu.reserve(&self.config, pos + n_new, pos, self.cos.dims()[0]);
         let attend = match tree {
-            Some(t) => cpu_forward::Attend::Tree(t),
+            Some(t) => t.attend(pos),
             None => cpu_forward::Attend::Causal { pos },
         };
         let h = cpu.forward_at(&self.config, x, pos, attend);
@@ -522,27 +522,37 @@ impl Transformer {
 
     /// Make row `i` of `l` available (a tree's walk reads the rows of one path).
     pub fn lazy_row(&self, l: &mut LazyLogits, i: usize) -> Result<()> {
-        match l.rows.get(i) {
-            Some(None) => self.lazy_range(l, i, i + 1),
-            _ => Ok(()),
-        }
+        self.lazy_rows_of(l, &[i])
     }
 
     fn lazy_range(&self, l: &mut LazyLogits, first: usize, upto: usize) -> Result<()> {
+        self.lazy_rows_of(l, &(first..upto).collect::<Vec<_>>())
+    }
+
+    /// Make rows `wanted` of `l` available, computing the missing ones in one batch (a tree's
+    /// walk reads the rows of the path it expects: one head product for all of them costs little
+    /// more than for one, as the head's weights are read once).
+    pub fn lazy_rows_of(&self, l: &mut LazyLogits, wanted: &[usize]) -> Result<()> {
+        let missing: Vec<usize> = wanted.iter().copied().filter(|&i| matches!(l.rows.get(i), Some(None))).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
         let d = self.config.n_embd;
-        let h = l
-            .hidden
-            .get(first * d..upto * d)
-            .ok_or_else(|| EngineError::InvalidSetting("lazy logits: hidden states missing".into()))?
-            .to_vec();
+        let mut h = Vec::with_capacity(missing.len() * d);
+        for &i in &missing {
+            let row = l.hidden.get(i * d..(i + 1) * d);
+            h.extend_from_slice(
+                row.ok_or_else(|| EngineError::InvalidSetting("lazy logits: hidden states missing".into()))?,
+            );
+        }
         let on_pool = self.device.is_cpu() && !self.native && rayon::current_thread_index().is_none();
         let logits = if on_pool {
-            rayon::scope(|_| self.head_logits(h, upto - first))?
+            rayon::scope(|_| self.head_logits(h, missing.len()))?
         } else {
-            self.head_logits(h, upto - first)?
+            self.head_logits(h, missing.len())?
         };
-        for (slot, row) in l.rows[first..upto].iter_mut().zip(logits.to_device(&Device::Cpu)?.to_vec2::<f32>()?) {
-            *slot = Some(row);
+        for (&i, row) in missing.iter().zip(logits.to_device(&Device::Cpu)?.to_vec2::<f32>()?) {
+            l.rows[i] = Some(row);
         }
         Ok(())
     }

@@ -24,6 +24,22 @@ pub(crate) struct TreeRows {
     pub tail: Vec<Vec<usize>>,
 }
 
+impl TreeRows {
+    /// The attention for these rows written from cache row `row0` on: causal where each row sees
+    /// every row before it at its own row's position (a tree that is one chain, computed the same
+    /// without gathering), else the tree's.
+    pub fn attend(&self, row0: usize) -> Attend<'_> {
+        let chain = self.tail.iter().zip(&self.pos).enumerate().all(|(i, (t, &p))| {
+            let row = row0 + i;
+            p == row && t.len() == row + 1 - self.prefix && t.first() == Some(&self.prefix)
+        });
+        match chain {
+            true => Attend::Causal { pos: row0 },
+            false => Attend::Tree(self),
+        }
+    }
+}
+
 impl Attend<'_> {
     /// The position of new row `i`.
     pub fn position(&self, i: usize) -> usize {

@@ -103,7 +103,7 @@ impl Transformer {
             return Err(EngineError::InvalidSetting("feature draft needs the CPU step".into()));
         };
         cpu.reserve(&self.config, pos + n, pos, max);
-        let h = cpu.forward_at(&self.config, x, pos, crate::cpu_forward::Attend::Tree(&rows));
+        let h = cpu.forward_at(&self.config, x, pos, rows.attend(pos));
         self.n_cached = pos + n;
         self.tree = Some(region);
         let logits = match (&self.small_head, self.restrict_head) {

@@ -293,7 +293,14 @@ impl Rounds<'_> {
             let d = tree.depth[node];
             let pos = (base - run.n_prompt + d) as u64;
             let t = Instant::now();
-            tmodel.lazy_row(rows, node)?;
+            if rows.row(node).is_none() {
+                // The node and the first choices below it, the path the walk expects, in one batch.
+                let mut expected = vec![node];
+                while let Some(&c) = tree.children[*expected.last().unwrap_or(&node)].first() {
+                    expected.push(c);
+                }
+                tmodel.lazy_rows_of(rows, &expected)?;
+            }
             *verify_s += t.elapsed().as_secs_f64();
             let logits =
                 rows.row(node).ok_or_else(|| EngineError::Internal(format!("tree: verify row {node} missing")))?;
