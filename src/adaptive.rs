@@ -210,9 +210,15 @@ impl AdaptivePolicy {
         if n_proposed == 0 {
             return;
         }
+        self.observe_verify(n_proposed, verify_s);
+        self.accept.observe_copies(matched, n_proposed, n_accepted);
+    }
+
+    /// Record a round that verified `n_proposed` tokens and ran no draft forward, in `verify_s`
+    /// seconds: its cost alone (a tree of copies records their acceptance node by node).
+    pub fn observe_verify(&mut self, n_proposed: usize, verify_s: f64) {
         self.costs.record(n_proposed + 1, verify_s, None);
         self.schedule.observe_round(n_proposed);
-        self.accept.observe_copies(matched, n_proposed, n_accepted);
     }
 
     /// Record copies appended to a drafting round ([`Self::copy_tail_len`]) that verification

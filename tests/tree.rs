@@ -272,7 +272,8 @@ fn side_offers_keep_the_text_and_settle_more_per_round() {
 /// With an adaptive draft length the policy shapes the tree. One wide, the tree is the adaptive
 /// chain: it decides to draft, how deep, and learns from each round as the chain does, round for
 /// round. Wider, with verify rows cheap enough, it verifies runners-up and branches beside the
-/// chain, and the text at D = 0 is still the target's. Both drafts.
+/// chain, and copies from the context as a branch of their own, and the text at D = 0 is still
+/// the target's. Both drafts.
 #[test]
 fn adaptive_trees_follow_the_policy() {
     use mentor_lab::adaptive::FixedCosts;
@@ -314,5 +315,19 @@ fn adaptive_trees_follow_the_policy() {
         );
         assert_eq!(got, want, "{name}: adaptive tree vs target-only");
         assert!(stats.n_drafted > cheap_chain.n_drafted, "{name}: no candidates beside the chain");
+        // Copies from the context hang in the tree as a branch: on text that repeats itself some
+        // are verified and settled, and the text stays the target's.
+        let repeats = GenerateRequest {
+            prompt: "Copy this list three times: apple, banana, cherry, date, elderberry, fig, grape.".into(),
+            lookup: true,
+            tree: wide,
+            costs: cheap,
+            ..base.clone()
+        };
+        let (want, _) = ids(&mut engine, &GenerateRequest { mode: Mode::Target, tree: None, ..repeats.clone() });
+        let (got, stats) = ids(&mut engine, &repeats);
+        eprintln!("{name}: copies {} verified, {} settled", stats.n_copied, stats.n_copied_accepted);
+        assert_eq!(got, want, "{name}: adaptive tree with copies vs target-only");
+        assert!(stats.n_copied_accepted > 0, "{name}: no copied token settled");
     }
 }

@@ -11,6 +11,7 @@ use crate::error::{EngineError, Result};
 use crate::generate::{
     beside_log_z, plain_token, top_entries, GenEvent, RoundInfo, Run, TokenInfo, TokenSource, TreeShape,
 };
+use crate::lookup::{point_mass, propose_matched};
 use crate::mentor::mix;
 use crate::model::{LazyLogits, Transformer};
 use crate::sampling::{nll_given_log_z, probabilities, race_argmax, race_top};
@@ -34,6 +35,14 @@ struct Tree {
     /// Whether the node is on the chain the draft alone would propose (each race's winner after
     /// the last).
     on_chain: Vec<bool>,
+    /// The estimated chance that the walk reaches the node (adaptive trees).
+    reach: Vec<f64>,
+    /// Whether the node's q is a copy's next token (a point mass: verified at budget 0, as a
+    /// chain verifies copied tokens) rather than the draft's.
+    copy_q: Vec<bool>,
+    /// Copied nodes, and the context match behind the copy.
+    copied: Vec<bool>,
+    copy_matched: usize,
     /// Draft forwards run (the catch-up included), tokens the catch-up fed and its time.
     n_forwards: usize,
     caught_up: usize,
@@ -51,13 +60,17 @@ impl Tree {
             draft_node: vec![None],
             feat: vec![None],
             on_chain: vec![true],
+            reach: vec![1.0],
+            copy_q: vec![false],
+            copied: vec![false],
+            copy_matched: 0,
             n_forwards: 0,
             caught_up: 0,
             catch_up_s: 0.0,
         }
     }
 
-    fn push(&mut self, token: u32, parent: usize, on_chain: bool) -> usize {
+    fn push(&mut self, token: u32, parent: usize, on_chain: bool, reach: f64) -> usize {
         let n = self.tokens.len();
         self.tokens.push(token);
         self.parent.push(Some(parent));
@@ -68,6 +81,9 @@ impl Tree {
         self.draft_node.push(None);
         self.feat.push(None);
         self.on_chain.push(on_chain);
+        self.reach.push(reach);
+        self.copy_q.push(false);
+        self.copied.push(false);
         n
     }
 
@@ -131,12 +147,18 @@ impl Rounds<'_> {
             let n_chain = path[1..].iter().take_while(|&&n| tree.on_chain[n]).count();
             let per_forward = draft_token_s(tree.n_forwards, draft_s, tree.caught_up, tree.catch_up_s);
             let round_s = t_round.elapsed().as_secs_f64() - draft_s;
-            self.policy.observe(n_proposed, n_chain, per_forward, round_s);
+            match tree.n_forwards {
+                0 if n_proposed > 0 => self.policy.observe_verify(n_proposed, round_s),
+                _ => self.policy.observe(n_proposed, n_chain, per_forward, round_s),
+            }
         }
+        let n_copied = tree.copied.iter().filter(|&&c| c).count();
         let s = &mut run.stats;
         s.n_rounds += 1;
         s.n_drafted += n_proposed;
         s.n_accepted += n_accepted;
+        s.n_copied += n_copied;
+        s.n_copied_accepted += path.iter().filter(|&&n| tree.copied[n]).count();
         s.draft_s += draft_s;
         s.verify_s += verify_s;
         let info = RoundInfo {
@@ -146,7 +168,7 @@ impl Rounds<'_> {
             n_emitted: run.context.len() - base,
             draft_s,
             verify_s,
-            n_copied: 0,
+            n_copied,
         };
         run.rounds.push(info.clone());
         (run.on_event)(GenEvent::Round(info));
@@ -165,13 +187,29 @@ impl Rounds<'_> {
     /// expands (as the depth rule decides whether a chain drafts on). Where no branch pays, the
     /// tree is the adaptive chain; where drafting does not pay, it is the root alone (a step).
     fn propose_tree(&mut self, run: &Run, dmodel: &mut Transformer, shape: TreeShape) -> Result<Tree> {
-        let req = self.req;
         let base = run.context.len();
         let mut tree = Tree::new(run.context[base - 1]);
         let depth = shape.depth.min(run.remaining());
-        if depth == 0 || !self.source.can_draft(base) || (self.auto && self.policy.next_len(MAX_DRAFT_LEN) == 0) {
-            return Ok(tree);
+        if depth > 0 && self.source.can_draft(base) && (!self.auto || self.policy.next_len(MAX_DRAFT_LEN) > 0) {
+            self.draft_tree(run, dmodel, shape.width, depth, &mut tree)?;
         }
+        if self.auto && self.req.lookup {
+            self.add_copy(run, &mut tree);
+        }
+        Ok(tree)
+    }
+
+    /// The draft's part of [`Self::propose_tree`]: `depth` deep, candidates `width` per node.
+    fn draft_tree(
+        &mut self,
+        run: &Run,
+        dmodel: &mut Transformer,
+        width: usize,
+        depth: usize,
+        tree: &mut Tree,
+    ) -> Result<()> {
+        let req = self.req;
+        let base = run.context.len();
         let thresholds = match self.auto {
             true => self.policy.depth_thresholds(),
             false => [0.0; MAX_DRAFT_LEN + 1],
@@ -182,17 +220,16 @@ impl Rounds<'_> {
         (tree.caught_up, tree.catch_up_s, tree.n_forwards) = (caught_up, t_catch_up.elapsed().as_secs_f64(), 1);
         tree.q[0] = Some(probabilities(&logits, &run.context, &req.sampling, self.n_vocab));
         tree.feat[0] = self.source.predicted().map(<[f32]>::to_vec);
-        // Per node: the draft's probability of its path and the estimated chance that the walk
-        // reaches it. The chain the draft alone would propose always stays in the tree, so a tree
-        // settles at least what the chain would.
-        let (mut score, mut reach) = (vec![1.0f64], vec![1.0f64]);
+        // Per node: the draft's probability of its path. The chain the draft alone would propose
+        // always stays in the tree, so a tree settles at least what the chain would.
+        let mut score = vec![1.0f64];
         let mut frontier = vec![0usize];
         for d in 0..depth {
             let at = (base - run.n_prompt + d) as u64;
             let mut candidates: Vec<Candidate> = Vec::new();
             for &node in &frontier {
                 let Some(q) = &tree.q[node] else { continue };
-                for (rank, x) in race_top(q, self.noise.at(at), shape.width).into_iter().enumerate() {
+                for (rank, x) in race_top(q, self.noise.at(at), width).into_iter().enumerate() {
                     let estimate = match rank {
                         0 => self.policy.accept_estimate(q[x]),
                         _ => self.policy.side_estimate(q[x]),
@@ -201,7 +238,7 @@ impl Rounds<'_> {
                         on_chain: tree.on_chain[node] && rank == 0,
                         first: rank == 0,
                         score: score[node] * q[x] as f64,
-                        reach: reach[node] * estimate,
+                        reach: tree.reach[node] * estimate,
                         parent: node,
                         token: x as u32,
                     });
@@ -211,7 +248,7 @@ impl Rounds<'_> {
                 true => self.kept_by_policy(candidates, tree.tokens.len() - 1),
                 false => {
                     candidates.sort_by(|a, b| b.on_chain.cmp(&a.on_chain).then(b.score.total_cmp(&a.score)));
-                    candidates.truncate(shape.width);
+                    candidates.truncate(width);
                     candidates
                 }
             };
@@ -220,9 +257,8 @@ impl Rounds<'_> {
             }
             frontier.clear();
             for c in &kept {
-                let n = tree.push(c.token, c.parent, c.on_chain);
+                let n = tree.push(c.token, c.parent, c.on_chain, c.reach);
                 score.push(c.score);
-                reach.push(c.reach);
                 frontier.push(n);
             }
             let last = d + 1 == depth || run.cancel.load(Ordering::Relaxed);
@@ -230,7 +266,7 @@ impl Rounds<'_> {
             let expand: Vec<usize> = frontier
                 .iter()
                 .copied()
-                .filter(|n| !is_stop(&tree.tokens[*n]) && reach[*n] >= thresholds[n_nodes])
+                .filter(|n| !is_stop(&tree.tokens[*n]) && tree.reach[*n] >= thresholds[n_nodes])
                 .collect();
             if last || expand.is_empty() {
                 break;
@@ -255,7 +291,41 @@ impl Rounds<'_> {
             }
             frontier = expand;
         }
-        Ok(tree)
+        Ok(())
+    }
+
+    /// A copy from the context ([`crate::lookup`]) as a branch of an adaptive tree: from the
+    /// root it follows the nodes that hold its tokens already, then hangs the rest below as a
+    /// chain, each copied token while the policy says its row pays (its chance: the node's above
+    /// times the acceptance of copies after a match this long). A node whose next token comes
+    /// from the copy alone verifies it at budget 0, as a chain verifies copied tokens.
+    fn add_copy(&self, run: &Run, tree: &mut Tree) {
+        let Some((copy, matched)) = propose_matched(&run.context, MAX_DRAFT_LEN.min(run.remaining())) else {
+            return;
+        };
+        let a = self.policy.alpha_lookup(matched);
+        let is_stop = |x: &u32| !self.req.ignore_eos && run.tok.stop_ids.contains(x);
+        let mut node = 0;
+        for x in copy {
+            if let Some(c) = tree.children[node].iter().copied().find(|&c| tree.tokens[c] == x) {
+                node = c;
+                continue;
+            }
+            let reach = tree.reach[node] * a;
+            if !self.policy.node_pays(reach, tree.tokens.len() - 1) {
+                break;
+            }
+            if tree.q[node].is_none() {
+                tree.q[node] = Some(point_mass(x, self.n_vocab));
+                tree.copy_q[node] = true;
+            }
+            node = tree.push(x, node, false, reach);
+            tree.copied[node] = true;
+            tree.copy_matched = matched;
+            if is_stop(&x) {
+                break;
+            }
+        }
     }
 
     /// The candidates of one depth an adaptive tree verifies, with `n_nodes` nodes in the tree
@@ -312,11 +382,14 @@ impl Rounds<'_> {
             };
             let ((pt, mixed), log_z) = beside_log_z(logits, self.n_vocab, true, || {
                 let pt = probabilities(logits, &run.context, &req.sampling, self.n_vocab);
-                let mixed = mix(req.rule, &pt, q, req.budget);
+                let mixed = mix(req.rule, &pt, q, if tree.copy_q[node] { 0.0 } else { req.budget });
                 (pt, mixed)
             })?;
             let y = race_argmax(&mixed.pi_mixed, self.noise.at(pos)) as u32;
-            if self.auto {
+            if let Some(&c) = tree.children[node].iter().find(|&&c| tree.copied[c]) {
+                self.policy.observe_copies(tree.copy_matched, 1, usize::from(tree.tokens[c] == y));
+            }
+            if self.auto && !tree.copy_q[node] {
                 // What the policy learns at a chain's verified position: whether the race's first
                 // choice was the target's token, and whether a runner-up was.
                 let top = race_top(q, self.noise.at(pos), 1 + MAX_SIDE_OFFERS);
@@ -333,7 +406,11 @@ impl Rounds<'_> {
             let must: Vec<u32> = [y, first_choice].into_iter().chain(offers.iter().copied()).collect();
             run.tally.verified(d, mixed.tv_pi_p);
             let info = TokenInfo {
-                source: if next.is_some() { TokenSource::DraftAccepted } else { TokenSource::Resampled },
+                source: match next {
+                    Some(c) if tree.copied[c] => TokenSource::CopyAccepted,
+                    Some(_) => TokenSource::DraftAccepted,
+                    None => TokenSource::Resampled,
+                },
                 p_target: Some(pt[y as usize]),
                 q_draft: Some(q[y as usize]),
                 pi_mixed: Some(mixed.pi_mixed[y as usize]),
