@@ -135,19 +135,9 @@ impl DraftModel {
                 dmodel.truncate(keep);
             }
             DraftModel::Feature { feats, d_feat, .. } => {
-                let d = *d_feat;
-                let (hidden, taps) = (rows.hidden(), tmodel.last_taps());
-                let per_row = taps.len() / rows.len().max(1);
-                let missing = || EngineError::Internal("feature draft: verify hidden states missing".into());
                 let n = (keep + 1).saturating_sub(base);
-                let (mut h, mut t) = (Vec::with_capacity(n * d), Vec::with_capacity(n * per_row));
-                for &node in path.iter().take(n) {
-                    h.extend_from_slice(hidden.get(node * d..(node + 1) * d).ok_or_else(missing)?);
-                    t.extend_from_slice(taps.get(node * per_row..(node + 1) * per_row).unwrap_or(&[]));
-                }
-                feats.truncate((base - 1) * d);
-                feats.extend(dmodel.lift_features(&h, &t)?);
-                dmodel.truncate(base - 1);
+                let settled = &path[..n.min(path.len())];
+                settle_features(feats, *d_feat, (tmodel, dmodel), rows, base, settled)?;
             }
         }
         Ok(())
@@ -169,26 +159,40 @@ impl DraftModel {
         match self {
             DraftModel::Independent => dmodel.truncate(keep.min(base + n_accepted)),
             DraftModel::Feature { feats, d_feat, .. } => {
-                let d = *d_feat;
                 let n = keep + 1 - base;
                 // The side offer's row is a settled position only if a token followed it.
                 let side_row = side_row.filter(|_| n == n_accepted + 2);
-                let (hidden, taps) = (rows.hidden(), tmodel.last_taps());
-                let per_row = taps.len() / rows.len().max(1);
-                let missing = || EngineError::Internal("feature draft: verify hidden states missing".into());
-                let (mut h, mut t) = (Vec::with_capacity(n * d), Vec::with_capacity(n * per_row));
-                for r in 0..n {
-                    let r = if r + 1 == n { side_row.unwrap_or(r) } else { r };
-                    h.extend_from_slice(hidden.get(r * d..(r + 1) * d).ok_or_else(missing)?);
-                    t.extend_from_slice(taps.get(r * per_row..(r + 1) * per_row).unwrap_or(&[]));
-                }
-                feats.truncate((base - 1) * d);
-                feats.extend(dmodel.lift_features(&h, &t)?);
-                dmodel.truncate(base - 1);
+                let settled: Vec<usize> = (0..n).map(|r| if r + 1 == n { side_row.unwrap_or(r) } else { r }).collect();
+                settle_features(feats, *d_feat, (tmodel, dmodel), rows, base, &settled)?;
             }
         }
         Ok(())
     }
+}
+
+/// A feature draft's roll-back after a round that started at `base`: the target's features of
+/// its verify rows `settled` (the positions from `base - 1` on, in order) are lifted and stored,
+/// and the draft's cache keeps only the positions computed from true features.
+fn settle_features(
+    feats: &mut Vec<f32>,
+    d: usize,
+    (tmodel, dmodel): (&Transformer, &mut Transformer),
+    rows: &LazyLogits,
+    base: usize,
+    settled: &[usize],
+) -> Result<()> {
+    let (hidden, taps) = (rows.hidden(), tmodel.last_taps());
+    let per_row = taps.len() / rows.len().max(1);
+    let missing = || EngineError::Internal("feature draft: verify hidden states missing".into());
+    let (mut h, mut t) = (Vec::with_capacity(settled.len() * d), Vec::with_capacity(settled.len() * per_row));
+    for &r in settled {
+        h.extend_from_slice(hidden.get(r * d..(r + 1) * d).ok_or_else(missing)?);
+        t.extend_from_slice(taps.get(r * per_row..(r + 1) * per_row).unwrap_or(&[]));
+    }
+    feats.truncate((base - 1) * d);
+    feats.extend(dmodel.lift_features(&h, &t)?);
+    dmodel.truncate(base - 1);
+    Ok(())
 }
 
 /// The feature draft's spec when `draft` is one, checked against `target`.
