@@ -2,8 +2,10 @@
 //! same-seed race at the most likely nodes; the target runs every node in one forward (each node
 //! attending to the text and its own ancestors); the walk from the root emits, at each node, the
 //! race's winner under π with the position's noise, and follows it where it is one of the node's
-//! children. The text emitted is the one a chain, or the target alone at D = 0, would emit: the
-//! tree only decides how much of it one round settles.
+//! children. At D = 0 the text emitted is the target's alone; at any D it is the chain's with
+//! the independent draft (the feature draft's q depends on where rounds begin): the tree only
+//! decides how much of it one round settles. With an adaptive draft length the policy shapes each
+//! tree, and a copy from the context can hang in it as a branch of its own.
 
 use super::Rounds;
 use crate::adaptive::{draft_token_s, MAX_DRAFT_LEN, MAX_SIDE_OFFERS};
