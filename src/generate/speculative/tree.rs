@@ -366,12 +366,16 @@ impl Rounds<'_> {
             let pos = (base - run.n_prompt + d) as u64;
             let t = Instant::now();
             if rows.row(node).is_none() {
-                // The node and the first choices below it, the path the walk expects, in one batch.
-                let mut expected = vec![node];
-                while let Some(&c) = tree.children[*expected.last().unwrap_or(&node)].first() {
-                    expected.push(c);
+                // The node and the first choices below it, as far as the walk is likely to get
+                // (1 + the sum of their chances from here, as a chain's likely rows), in one batch.
+                let mut path = vec![node];
+                while let Some(&c) = tree.children[*path.last().unwrap_or(&node)].first() {
+                    path.push(c);
                 }
-                tmodel.lazy_rows_of(rows, &expected)?;
+                let from = tree.reach[node].max(1e-12);
+                let likely = 1.0 + path[1..].iter().map(|&c| tree.reach[c] / from).sum::<f64>();
+                path.truncate((likely.ceil() as usize).clamp(1, path.len()));
+                tmodel.lazy_rows_of(rows, &path)?;
             }
             *verify_s += t.elapsed().as_secs_f64();
             let logits =
