@@ -125,13 +125,14 @@ impl CpuModel {
         CpuModel { layers, out_norm, cos, sin, cache: Cache::default(), taps: Vec::new(), tap_out: Vec::new() }
     }
 
-    /// Make room for `needed` positions, keeping the first `keep` (capacity doubles).
+    /// Make room for `needed` positions, keeping the first `keep` (capacity doubles from 64
+    /// positions: a short run neither holds nor zeroes a larger cache).
     pub fn reserve(&mut self, cfg: &ModelConfig, needed: usize, keep: usize, max: usize) {
         let c = &mut self.cache;
         if needed <= c.capacity && c.k.len() == cfg.n_layer {
             return;
         }
-        let mut cap = c.capacity.max(256);
+        let mut cap = c.capacity.max(64);
         while cap < needed {
             cap *= 2;
         }
