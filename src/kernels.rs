@@ -458,6 +458,16 @@ fn concat<'a, T: Copy + 'a>(parts: impl Iterator<Item = &'a [T]> + Clone) -> Vec
     out
 }
 
+/// Rows `rows` (in that order) of `v`, `per_row` elements each, in one allocation of the exact
+/// size; None if a row is out of range.
+fn pick_rows<T: Copy>(v: &[T], rows: &[u32], per_row: usize) -> Option<Vec<T>> {
+    let mut out = Vec::with_capacity(rows.len() * per_row);
+    for &r in rows {
+        out.extend_from_slice(v.get(r as usize * per_row..(r as usize + 1) * per_row)?);
+    }
+    Some(out)
+}
+
 /// Whether Q8_0 matrices hold their blocks' weight sums: only the VNNI kernels read them.
 fn holds_block_sums() -> bool {
     #[cfg(target_arch = "x86_64")]

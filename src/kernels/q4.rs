@@ -89,11 +89,7 @@ impl Q4Matrix {
 
     /// Only the given rows, in that order, like [`Q8Matrix::select_rows`].
     pub fn select_rows(&self, rows: &[u32]) -> Option<Q4Matrix> {
-        let nh = self.n_in / 2;
-        let mut nibbles = Vec::with_capacity(rows.len() * nh);
-        for &r in rows {
-            nibbles.extend_from_slice(self.nibbles.get(r as usize * nh..(r as usize + 1) * nh)?);
-        }
+        let nibbles = pick_rows(&self.nibbles, rows, self.n_in / 2)?;
         let scales = self.scales.select_rows(rows, self.n_in / BLOCK)?;
         let high = select_high(&self.high, rows, self.n_in)?;
         Some(Q4Matrix { n_out: rows.len(), n_in: self.n_in, scales, nibbles, high, amx: None })

@@ -76,21 +76,14 @@ impl Scales {
 
     /// Only the given rows (of `nb` blocks each), in that order.
     pub(super) fn select_rows(&self, rows: &[u32], nb: usize) -> Option<Scales> {
-        fn pick<T: Copy>(v: &[T], rows: &[u32], per_row: usize) -> Option<Vec<T>> {
-            let mut out = Vec::with_capacity(rows.len() * per_row);
-            for &r in rows {
-                out.extend_from_slice(v.get(r as usize * per_row..(r as usize + 1) * per_row)?);
-            }
-            Some(out)
-        }
         Some(match self {
-            Scales::Block { d, m } => Scales::Block { d: pick(d, rows, nb)?, m: pick(m, rows, nb)? },
-            Scales::Centered { d, offset } => Scales::Centered { d: pick(d, rows, nb)?, offset: *offset },
+            Scales::Block { d, m } => Scales::Block { d: pick_rows(d, rows, nb)?, m: pick_rows(m, rows, nb)? },
+            Scales::Centered { d, offset } => Scales::Centered { d: pick_rows(d, rows, nb)?, offset: *offset },
             Scales::Super { d, dmin, sc, mn } => Scales::Super {
-                d: pick(d, rows, nb / GROUP_BLOCKS)?,
-                dmin: pick(dmin, rows, nb / GROUP_BLOCKS)?,
-                sc: pick(sc, rows, nb)?,
-                mn: pick(mn, rows, nb)?,
+                d: pick_rows(d, rows, nb / GROUP_BLOCKS)?,
+                dmin: pick_rows(dmin, rows, nb / GROUP_BLOCKS)?,
+                sc: pick_rows(sc, rows, nb)?,
+                mn: pick_rows(mn, rows, nb)?,
             },
         })
     }

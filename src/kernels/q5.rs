@@ -145,12 +145,7 @@ pub(super) fn select_high(high: &[u8], rows: &[u32], n_in: usize) -> Option<Vec<
     if high.is_empty() {
         return Some(Vec::new());
     }
-    let hb = high_row_bytes(n_in);
-    let mut out = Vec::with_capacity(rows.len() * hb);
-    for &r in rows {
-        out.extend_from_slice(high.get(r as usize * hb..(r as usize + 1) * hb)?);
-    }
-    Some(out)
+    pick_rows(high, rows, high_row_bytes(n_in))
 }
 
 impl Q4Matrix {

@@ -129,16 +129,14 @@ impl Q6Matrix {
     /// Only the given rows, in that order, like [`Q8Matrix::select_rows`].
     pub fn select_rows(&self, rows: &[u32]) -> Option<Q6Matrix> {
         let n_in = self.n_in;
-        let mut out =
-            Q6Matrix { n_out: rows.len(), n_in, d: Vec::new(), scales: Vec::new(), low: Vec::new(), high: Vec::new() };
-        for &r in rows {
-            let r = r as usize;
-            out.d.extend_from_slice(self.d.get(r * n_in / QK_K..(r + 1) * n_in / QK_K)?);
-            out.scales.extend_from_slice(self.scales.get(r * n_in / 16..(r + 1) * n_in / 16)?);
-            out.low.extend_from_slice(self.low.get(r * n_in / 2..(r + 1) * n_in / 2)?);
-            out.high.extend_from_slice(self.high.get(r * n_in / 4..(r + 1) * n_in / 4)?);
-        }
-        Some(out)
+        Some(Q6Matrix {
+            n_out: rows.len(),
+            n_in,
+            d: pick_rows(&self.d, rows, n_in / QK_K)?,
+            scales: pick_rows(&self.scales, rows, n_in / 16)?,
+            low: pick_rows(&self.low, rows, n_in / 2)?,
+            high: pick_rows(&self.high, rows, n_in / 4)?,
+        })
     }
 
     pub(super) fn rows_portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {

@@ -57,23 +57,14 @@ impl Q8Matrix {
     /// Only the given rows, in that order (a vocabulary head restricted to some tokens).
     pub fn select_rows(&self, rows: &[u32]) -> Option<Q8Matrix> {
         let nb = self.n_in / BLOCK;
-        let mut out = Q8Matrix {
+        Some(Q8Matrix {
             n_out: rows.len(),
             n_in: self.n_in,
-            scales: Vec::new(),
-            quants: Vec::new(),
-            wsum: Vec::new(),
+            scales: pick_rows(&self.scales, rows, nb)?,
+            quants: pick_rows(&self.quants, rows, self.n_in)?,
+            wsum: pick_rows(&self.wsum, rows, if self.wsum.is_empty() { 0 } else { nb })?,
             amx: None,
-        };
-        for &r in rows {
-            let r = r as usize;
-            out.scales.extend_from_slice(self.scales.get(r * nb..(r + 1) * nb)?);
-            out.quants.extend_from_slice(self.quants.get(r * self.n_in..(r + 1) * self.n_in)?);
-            if !self.wsum.is_empty() {
-                out.wsum.extend_from_slice(self.wsum.get(r * nb..(r + 1) * nb)?);
-            }
-        }
-        Some(out)
+        })
     }
 
     /// Quantize an f32 matrix given row-major `(n_out, n_in)`; `n_in` must be a multiple of 32.
