@@ -449,6 +449,24 @@ mod tests {
         }
     }
 
+    /// A tree that is one chain after the prefix runs with causal attention; a branching one,
+    /// one at a position other than its row, or one that skips an earlier row keeps the tree's.
+    #[test]
+    fn only_a_chain_shaped_tree_attends_causally() {
+        let tree = |pos: Vec<usize>, tail: Vec<Vec<usize>>| TreeRows { prefix: 10, pos, tail };
+        let chain = tree(vec![10, 11, 12], vec![vec![10], vec![10, 11], vec![10, 11, 12]]);
+        assert!(matches!(chain.attend(10), Attend::Causal { pos: 10 }));
+        // The same rows written from another cache row are not that chain.
+        assert!(matches!(chain.attend(11), Attend::Tree(_)));
+        let branching = tree(vec![10, 11, 11], vec![vec![10], vec![10, 11], vec![10, 12]]);
+        assert!(matches!(branching.attend(10), Attend::Tree(_)));
+        let skipping = tree(vec![10, 11], vec![vec![10], vec![11]]);
+        assert!(matches!(skipping.attend(10), Attend::Tree(_)));
+        // More nodes fed later (a tree's next depth) continue the chain from their own row.
+        let later = tree(vec![13], vec![vec![10, 11, 12, 13]]);
+        assert!(matches!(later.attend(13), Attend::Causal { pos: 13 }));
+    }
+
     #[test]
     fn head_attention_matches_the_plain_formula() {
         let mut next = uniform_values(12345u64);
