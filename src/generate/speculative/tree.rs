@@ -368,14 +368,15 @@ impl Rounds<'_> {
             if rows.row(node).is_none() {
                 // The node and the first choices below it, as far as the walk is likely to get
                 // (1 + the sum of their chances from here, as a chain's likely rows), in one batch.
-                let mut path = vec![node];
-                while let Some(&c) = tree.children[*path.last().unwrap_or(&node)].first() {
-                    path.push(c);
+                let (mut expected, mut at) = (vec![node], node);
+                while let Some(&c) = tree.children[at].first() {
+                    expected.push(c);
+                    at = c;
                 }
                 let from = tree.reach[node].max(1e-12);
-                let likely = 1.0 + path[1..].iter().map(|&c| tree.reach[c] / from).sum::<f64>();
-                path.truncate((likely.ceil() as usize).clamp(1, path.len()));
-                tmodel.lazy_rows_of(rows, &path)?;
+                let likely = 1.0 + expected[1..].iter().map(|&c| tree.reach[c] / from).sum::<f64>();
+                expected.truncate((likely.ceil() as usize).clamp(1, expected.len()));
+                tmodel.lazy_rows_of(rows, &expected)?;
             }
             *verify_s += t.elapsed().as_secs_f64();
             let logits =
