@@ -232,3 +232,134 @@ pub fn verify_token(pi_mixed: &[f32], q: &[f32], x: u32, u_accept: f64, u_residu
     let token = crate::sampling::sample_index(&r, u_residual) as u32;
     Verdict { accepted: false, token, accept_prob }
 }
+
+/// Recursive rejection sampling (Jeon et al., 2024, "Recursive Speculative Decoding"), the
+/// max-acceptance rule at a tree node: its candidates are drawn from q without replacement
+/// ([`crate::sampling::sample_without_replacement`]), a copied token may follow as a point mass,
+/// and they are checked in that order. Candidate j is accepted with probability
+/// min(1, r_j(x)/q_j(x)), where q_j is q without the candidates before it and r_j the residual
+/// after their rejections (r_1 = π, r_{j+1} ∝ max(r_j − q_j, 0); a point mass δ_x leaves r_j
+/// without x). Each step emits exactly r_j, as the one-step rule emits π, so the node emits π
+/// whatever the candidates; with one candidate this is [`verify_token`], to the bit.
+pub struct RecursiveRejection {
+    /// The residual r_j, up to its sum (π itself, assumed normalised, before any rejection).
+    r: Vec<f32>,
+    r_sum: f64,
+    /// What is left of q, up to its sum.
+    q: Vec<f32>,
+    q_sum: f64,
+    /// No candidate rejected yet: r = π and q as given, both normalised.
+    fresh: bool,
+}
+
+impl RecursiveRejection {
+    pub fn new(pi_mixed: &[f32], q: &[f32]) -> Self {
+        Self { r: pi_mixed.to_vec(), r_sum: 1.0, q: q.to_vec(), q_sum: 1.0, fresh: true }
+    }
+
+    /// The probability that candidate `x` is accepted now: min(1, r(x)/q(x)) for a draft from
+    /// what is left of q, r(x) for a point mass.
+    pub fn accept_prob(&self, x: u32, point_mass: bool) -> f64 {
+        let r_x = self.r[x as usize] as f64 / self.r_sum;
+        if point_mass {
+            return r_x.min(1.0);
+        }
+        let q_x = self.q[x as usize] as f64 / self.q_sum;
+        match (q_x > 0.0, self.fresh) {
+            // Before any rejection: the one-step rule's own expression.
+            (_, true) => accept_probability(self.r[x as usize], self.q[x as usize]),
+            (true, false) => (r_x / q_x).min(1.0),
+            (false, false) => f64::from(u8::from(r_x > 0.0)),
+        }
+    }
+
+    /// Candidate `x` was rejected: the residual moves on to the next step.
+    pub fn reject(&mut self, x: u32, point_mass: bool) {
+        let i = x as usize;
+        let fresh = std::mem::replace(&mut self.fresh, false);
+        if point_mass {
+            let mass = self.r[i];
+            self.r[i] = 0.0;
+            match crate::sampling::sum_f64(&self.r) {
+                // r was δ_x: the rejection was rounding; keep r.
+                sum if sum <= 0.0 => self.r[i] = mass,
+                sum => self.r_sum = sum,
+            }
+            return;
+        }
+        let next: Vec<f32> = match fresh {
+            true => self.r.iter().zip(&self.q).map(|(&a, &b)| (a - b).max(0.0)).collect(),
+            false => {
+                let (sr, sq) = (1.0 / self.r_sum, 1.0 / self.q_sum);
+                self.r.iter().zip(&self.q).map(|(&a, &b)| ((a as f64 * sr - b as f64 * sq) as f32).max(0.0)).collect()
+            }
+        };
+        let sum = crate::sampling::sum_f64(&next);
+        // No residual mass means r = q up to rounding: the rejection was rounding; keep r.
+        if sum > 0.0 {
+            (self.r, self.r_sum) = (next, sum);
+        }
+        self.q[i] = 0.0;
+        self.q_sum = crate::sampling::sum_f64(&self.q);
+    }
+
+    /// The residual after every rejection so far, up to its sum (what a node that takes none of
+    /// its candidates draws from).
+    pub fn residual(&self) -> &[f32] {
+        &self.r
+    }
+}
+
+/// A tree node's verdict under [`RecursiveRejection`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeVerdict {
+    /// Which candidate was accepted (its index in the order checked), if one was.
+    pub taken: Option<usize>,
+    /// The emitted token: the taken candidate, else a draw from the last residual.
+    pub token: u32,
+    /// The first candidate's acceptance probability, min(1, π(x)/q(x)).
+    pub accept_prob: f64,
+}
+
+/// Check a node's candidates in order (`point_mass` tells a copied one), with uniform `u_accept(j)`
+/// for the j-th; if none is accepted, draw from the residual with `u_residual`.
+pub fn verify_candidates(
+    pi_mixed: &[f32],
+    q: &[f32],
+    candidates: &[(u32, bool)],
+    u_accept: impl Fn(usize) -> f64,
+    u_residual: f64,
+) -> NodeVerdict {
+    let mut rule = RecursiveRejection::new(pi_mixed, q);
+    let mut accept_prob = 0.0;
+    for (j, &(x, point_mass)) in candidates.iter().enumerate() {
+        let a = rule.accept_prob(x, point_mass);
+        if j == 0 {
+            accept_prob = a;
+        }
+        if u_accept(j) < a {
+            return NodeVerdict { taken: Some(j), token: x, accept_prob };
+        }
+        rule.reject(x, point_mass);
+    }
+    let token = crate::sampling::sample_index(rule.residual(), u_residual) as u32;
+    NodeVerdict { taken: None, token, accept_prob }
+}
+
+/// The probability that each of `drafted` (drawn from q without replacement, in order) is the one
+/// a node takes under [`RecursiveRejection`]: ∏_{i<j}(1 − a_i) · a_j. Exact given the candidates,
+/// so the adaptive policy learns from it without the luck of the draw.
+pub fn take_probabilities(pi_mixed: &[f32], q: &[f32], drafted: &[u32]) -> Vec<f64> {
+    let mut rule = RecursiveRejection::new(pi_mixed, q);
+    let mut none_yet = 1.0;
+    let mut out = Vec::with_capacity(drafted.len());
+    for (j, &x) in drafted.iter().enumerate() {
+        let a = rule.accept_prob(x, false);
+        out.push(none_yet * a);
+        none_yet *= 1.0 - a;
+        if j + 1 < drafted.len() {
+            rule.reject(x, false);
+        }
+    }
+    out
+}

@@ -21,6 +21,10 @@ pub enum Purpose {
     Residual = 4,
     /// The per-token noise of the same-seed coupling ([`race_weights`]).
     Race = 5,
+    /// A tree node's candidates after its first, drawn without replacement.
+    DraftRunnerUp = 6,
+    /// The accept test of a tree node's candidates after its first.
+    AcceptRunnerUp = 7,
 }
 
 /// Counter-based generator: a stateless hash, so `uniform(seed, pos, purpose)` can be asked in any
@@ -38,10 +42,38 @@ pub fn uniform(seed: u64, pos: u64, purpose: Purpose) -> f64 {
 /// (how far it drafted, so which timings the policy saw), so reusing it would tie the next decision
 /// to draft there to the draft's own sample.
 pub fn draft_uniform(seed: u64, pos: u64, attempt: u32) -> f64 {
-    match attempt {
-        0 => uniform(seed, pos, Purpose::DraftSample),
-        a => uniform(seed, pos | (u64::from(a) << 40), Purpose::DraftSample),
+    uniform_nth(seed, pos, attempt, Purpose::DraftSample)
+}
+
+/// The `n`-th uniform of `purpose` at output position `pos` (0: `uniform(seed, pos, purpose)`),
+/// for a decision a position takes more than once.
+pub fn uniform_nth(seed: u64, pos: u64, n: u32, purpose: Purpose) -> f64 {
+    match n {
+        0 => uniform(seed, pos, purpose),
+        n => uniform(seed, pos | (u64::from(n) << 40), purpose),
     }
+}
+
+/// Up to `k` distinct tokens drawn from `dist` one after another without replacement: the j-th
+/// from `dist` with the tokens before it removed, with uniform `u(j)`. Fewer once no
+/// probability is left.
+pub fn sample_without_replacement(dist: &[f32], mut u: impl FnMut(usize) -> f64, k: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::with_capacity(k);
+    if k == 0 || sum_f64(dist) <= 0.0 {
+        return out;
+    }
+    out.push(sample_index(dist, u(0)));
+    if k > 1 {
+        let mut left = dist.to_vec();
+        for j in 1..k {
+            left[out[j - 1]] = 0.0;
+            if sum_f64(&left) <= 0.0 {
+                break;
+            }
+            out.push(sample_index(&left, u(j)));
+        }
+    }
+    out
 }
 
 /// The same-seed coupling's noise at output position `pos`: `w[i] = 1 / E_i` for every token i <

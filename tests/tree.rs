@@ -3,6 +3,9 @@
 //! a run drafting trees emits the text of the chain and of the target alone.
 
 mod common;
+#[path = "common/stats.rs"]
+#[allow(dead_code)]
+mod stats;
 
 use common::{draft_path, load_target};
 use mentor_lab::generate::LoadedModel;
@@ -212,14 +215,16 @@ fn same_seed_trees_emit_the_text_of_chains() {
     }
 }
 
-/// Trees need the same-seed coupling, said plainly.
+/// Tree shapes are parsed and checked, under either coupling.
 #[test]
-fn trees_refuse_what_they_cannot_verify() {
+fn tree_shapes_are_parsed_and_checked() {
     let tree = Some(TreeShape { width: 2, depth: 4 });
-    let req =
-        GenerateRequest { mode: Mode::Speculative, tree, coupling: Coupling::MaxAcceptance, ..Default::default() };
-    let e = req.validate().unwrap_err().to_string();
-    assert!(e.contains("same-seed"), "{e}");
+    for coupling in [Coupling::SameSeed, Coupling::MaxAcceptance] {
+        assert!(GenerateRequest { mode: Mode::Speculative, tree, coupling, ..Default::default() }.validate().is_ok());
+    }
+    let wide = Some(TreeShape { width: 9, depth: 4 });
+    let e = GenerateRequest { mode: Mode::Speculative, tree: wide, ..Default::default() }.validate().unwrap_err();
+    assert!(e.to_string().contains("9x4"), "{e}");
     assert!("9x2".parse::<TreeShape>().unwrap_err().contains("WIDTHxDEPTH"));
     assert!("3,4".parse::<TreeShape>().is_err());
     assert_eq!("3x4".parse::<TreeShape>(), Ok(TreeShape { width: 3, depth: 4 }));
@@ -330,4 +335,134 @@ fn adaptive_trees_follow_the_policy() {
         assert_eq!(got, want, "{name}: adaptive tree with copies vs target-only");
         assert!(stats.n_copied_accepted > 0, "{name}: no copied token settled");
     }
+}
+
+/// Under max-acceptance a tree node's candidates are a draw without replacement from q, checked
+/// in order by recursive rejection sampling. One wide, the tree is the chain, token for token and
+/// round for round (fixed and adaptive length, both drafts, at D = 0 and 0.5). Wider, some rounds
+/// take a runner-up, and the tree settles more per round than the chain inside it.
+#[test]
+fn max_acceptance_trees_are_chains_one_wide_and_take_runners_up_wider() {
+    use mentor_lab::adaptive::FixedCosts;
+    use mentor_lab::{GenEvent, TokenSource};
+    for (name, mut engine) in [("independent", the_pair()), ("feature", with_feature_draft())] {
+        for budget in [0.0, 0.5] {
+            let base = GenerateRequest {
+                prompt: PROMPT.into(),
+                max_tokens: 48,
+                ignore_eos: true,
+                seed: 41,
+                mode: Mode::Speculative,
+                coupling: Coupling::MaxAcceptance,
+                budget,
+                ..GenerateRequest::default()
+            };
+            let fixed = GenerateRequest { draft_len: DraftLen::Fixed(6), ..base.clone() };
+            let adaptive = GenerateRequest {
+                draft_len: DraftLen::Auto,
+                lookup: false,
+                costs: Some(FixedCosts::default_pair(0.01)),
+                ..base.clone()
+            };
+            for (kind, chain_req) in [("fixed", fixed), ("adaptive", adaptive)] {
+                let at = format!("{name}, {kind}, D = {budget}");
+                let (chain, chain_stats) = ids(&mut engine, &chain_req);
+                let depth = if kind == "fixed" { 6 } else { 16 };
+                let one_wide = Some(TreeShape { width: 1, depth });
+                let (got, stats) = ids(&mut engine, &GenerateRequest { tree: one_wide, ..chain_req.clone() });
+                assert_eq!(got, chain, "{at}: a one-wide tree emits another text than the chain");
+                assert_eq!(
+                    (stats.n_rounds, stats.n_drafted, stats.n_accepted),
+                    (chain_stats.n_rounds, chain_stats.n_drafted, chain_stats.n_accepted),
+                    "{at}: a one-wide tree is not the chain"
+                );
+            }
+        }
+        // Three wide at D = 0: runners-up are verified and some are taken (the emitted token a
+        // candidate other than the first draw), and over a few seeds the trees need fewer rounds
+        // than the chains inside them.
+        let (mut chain_rounds, mut tree_rounds, mut runner_up_taken) = (0, 0, 0);
+        for seed in 43..49 {
+            let base = GenerateRequest {
+                prompt: PROMPT.into(),
+                max_tokens: 64,
+                ignore_eos: true,
+                seed,
+                mode: Mode::Speculative,
+                coupling: Coupling::MaxAcceptance,
+                draft_len: DraftLen::Fixed(4),
+                ..GenerateRequest::default()
+            };
+            chain_rounds += ids(&mut engine, &base).1.n_rounds;
+            let tree = Some(TreeShape { width: 3, depth: 4 });
+            let g = engine
+                .generate(&GenerateRequest { tree, ..base.clone() }, &AtomicBool::new(false), &mut |ev| {
+                    if let GenEvent::Token(t) = ev {
+                        let runner_up = t.source == TokenSource::DraftAccepted && t.drafted != Some(t.id);
+                        runner_up_taken += usize::from(runner_up);
+                    }
+                })
+                .unwrap();
+            assert_eq!(g.tokens.len(), 64, "{name}");
+            tree_rounds += g.stats.n_rounds;
+        }
+        eprintln!(
+            "{name}: 3x4 trees {tree_rounds} rounds, {runner_up_taken} runners-up taken; chains {chain_rounds} rounds"
+        );
+        assert!(runner_up_taken > 0, "{name}: no round took a runner-up");
+        assert!(tree_rounds < chain_rounds, "{name}: the trees need no fewer rounds than their chains");
+    }
+}
+
+/// On the real pair, the token a three-wide max-acceptance tree emits at the first position
+/// follows the target's distribution there (D = 0, T = 1, many seeds; Pearson's χ² over the
+/// likely tokens and the rest).
+#[test]
+fn max_acceptance_trees_emit_the_targets_distribution() {
+    use mentor_lab::sampling::probabilities;
+    let mut engine = the_pair();
+    let prompt = "My favourite colour is";
+    let sampling = SamplingParams { temperature: 1.0, ..SamplingParams::default() };
+    let p = {
+        let mut m = load_target(WeightFormat::Auto);
+        let context = m.tokenizer.prompt_ids(prompt, true).unwrap();
+        let logits = m.model.forward_rows(&context).unwrap().pop().unwrap();
+        probabilities(&logits, &context, &sampling, logits.len())
+    };
+    const N: u64 = 1000;
+    let mut likely: Vec<usize> = (0..p.len()).filter(|&t| p[t] as f64 * N as f64 >= 8.0).collect();
+    likely.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
+    likely.truncate(9);
+    assert!(likely.len() >= 3, "the first token should be uncertain at T = 1");
+    let mut counts = vec![0u64; likely.len() + 1];
+    let (mut first, mut runner_up) = (0, 0);
+    for seed in 0..N {
+        let req = GenerateRequest {
+            prompt: prompt.into(),
+            raw: true,
+            sampling,
+            max_tokens: 1,
+            seed,
+            mode: Mode::Speculative,
+            coupling: Coupling::MaxAcceptance,
+            tree: Some(TreeShape { width: 3, depth: 1 }),
+            ..GenerateRequest::default()
+        };
+        let g = engine.generate(&req, &AtomicBool::new(false), &mut |_| {}).unwrap();
+        let t = &g.tokens[0];
+        let y = t.id as usize;
+        counts[likely.iter().position(|&t| t == y).unwrap_or(likely.len())] += 1;
+        if t.source == mentor_lab::TokenSource::DraftAccepted {
+            *(if t.drafted == Some(t.id) { &mut first } else { &mut runner_up }) += 1;
+        }
+    }
+    let mut expected: Vec<f32> = likely.iter().map(|&t| p[t]).collect();
+    expected.push(1.0 - expected.iter().sum::<f32>());
+    let stat = stats::chi2(&counts, &expected, N);
+    eprintln!(
+        "{} buckets, chi2 {stat:.1}; taken: the first draw {first}, a runner-up {runner_up} of {N}",
+        expected.len()
+    );
+    assert!(stat < stats::chi2_crit(expected.len() - 1), "chi2 {stat:.1}: the tree's token is not the target's");
+    assert!(first > 100 && runner_up > 50, "the test must see both kinds of candidate taken");
 }

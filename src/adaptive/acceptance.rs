@@ -86,10 +86,10 @@ impl AcceptanceModel {
         self.side_by_q[q_class(q_x)]
     }
 
-    /// Whether the target's token was a side offer of draft probability `q_x`.
-    pub(super) fn observe_side(&mut self, q_x: f32, hit: bool) {
+    /// Whether (1 or 0, or how likely) the target's token was a side offer of draft probability `q_x`.
+    pub(super) fn observe_side(&mut self, q_x: f32, hit: f64) {
         let a = &mut self.side_by_q[q_class(q_x)];
-        *a += Q_CLASS_STEP * (f64::from(u8::from(hit)) - *a);
+        *a += Q_CLASS_STEP * (hit - *a);
     }
 }
 

@@ -16,8 +16,9 @@ impl AdaptivePolicy {
     }
 
     /// Record whether the target's token at a verified position was a side offer of draft
-    /// probability `q_x` (every runner-up seen, verified or not, so the estimate is unselected).
-    pub fn observe_side(&mut self, q_x: f32, hit: bool) {
+    /// probability `q_x` (every runner-up seen, verified or not, so the estimate is unselected):
+    /// `hit` is 1 or 0, or the exact probability where the rule knows it.
+    pub fn observe_side(&mut self, q_x: f32, hit: f64) {
         self.accept.observe_side(q_x, hit);
     }
 
@@ -88,12 +89,12 @@ mod tests {
     fn the_estimate_follows_what_is_seen_per_class() {
         let mut p = AdaptivePolicy::default();
         for _ in 0..200 {
-            p.observe_side(0.3, true);
+            p.observe_side(0.3, 1.0);
         }
         assert!(p.side_estimate(0.3) > 0.95);
         assert_eq!(p.side_estimate(0.01), SIDE_PRIOR[0], "other classes keep their prior");
         for _ in 0..200 {
-            p.observe_side(0.3, false);
+            p.observe_side(0.3, 0.0);
         }
         assert!(p.side_estimate(0.3) < 0.05);
     }

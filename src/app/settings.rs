@@ -32,8 +32,8 @@ pub struct Settings {
     pub lookup: bool,
     /// Same-seed coupling: verify the draft's runners-up beside its chain where they pay.
     pub side_offers: bool,
-    /// Same-seed coupling: draft a tree of candidates `tree_width` wide, as deep as the draft
-    /// length, instead of a chain.
+    /// Draft a tree of candidates `tree_width` wide, as deep as the draft length, instead of a
+    /// chain.
     pub tree: bool,
     pub tree_width: usize,
     pub models: ModelChoice,
@@ -151,10 +151,10 @@ impl Settings {
         }
     }
 
-    /// The tree each round drafts, where one is asked for (same-seed coupling only): as wide as
-    /// set, as deep as the draft length.
+    /// The tree each round drafts, where one is asked for: as wide as set, as deep as the draft
+    /// length.
     pub fn tree(&self) -> Option<TreeShape> {
-        (self.tree && self.coupling == Coupling::SameSeed).then(|| TreeShape {
+        self.tree.then(|| TreeShape {
             width: self.tree_width.clamp(2, MAX_TREE_WIDTH),
             depth: self.draft_len.clamp(1, crate::adaptive::MAX_DRAFT_LEN),
         })

@@ -75,8 +75,7 @@ fn mentor_ui(s: &mut Settings, ui: &mut egui::Ui) {
              a different random sample from the target-only one even at budget 0.",
         );
     });
-    let tree_on = s.tree && s.coupling == Coupling::SameSeed;
-    ui.add_enabled_ui(!s.adaptive || tree_on, |ui| labelled(ui, "Draft length", &mut s.draft_len, 1..=16, 1.0));
+    ui.add_enabled_ui(!s.adaptive || s.tree, |ui| labelled(ui, "Draft length", &mut s.draft_len, 1..=16, 1.0));
     ui.checkbox(&mut s.adaptive, "adaptive draft length").on_hover_text(
         "Chooses k each round from measured acceptance and draft/verify costs; may fall back to target-only steps",
     );
@@ -98,23 +97,21 @@ fn mentor_ui(s: &mut Settings, ui: &mut egui::Ui) {
     tree_ui(s, ui);
 }
 
-/// A tree of candidates instead of a chain (same-seed coupling only): its width here, its depth
-/// the draft length.
+/// A tree of candidates instead of a chain: its width here, its depth the draft length.
 fn tree_ui(s: &mut Settings, ui: &mut egui::Ui) {
-    let same_seed = s.coupling == Coupling::SameSeed;
-    ui.add_enabled_ui(same_seed, |ui| {
-        ui.horizontal(|ui| {
-            ui.checkbox(&mut s.tree, "same seed: draft a tree of candidates");
-            let l = ui.label("Tree width");
-            ui.add_enabled(s.tree, egui::DragValue::new(&mut s.tree_width).range(2..=MAX_TREE_WIDTH)).labelled_by(l.id);
-        })
+    ui.horizontal(|ui| {
+        ui.checkbox(&mut s.tree, "draft a tree of candidates");
+        let l = ui.label("Tree width");
+        ui.add_enabled(s.tree, egui::DragValue::new(&mut s.tree_width).range(2..=MAX_TREE_WIDTH)).labelled_by(l.id);
     })
     .response
     .on_hover_text(
-        "Each round the draft offers its first choices at every depth (as deep as the draft length), \
-         and the target verifies the whole tree in one forward pass; the walk follows the target's own \
-         token down the tree. With the independent draft (or at budget 0) the text is exactly the chain's, \
-         so a tree can only raise acceptance; each node is one more row of the verify forward. The \
+        "Each round the draft offers several candidates at every depth (as deep as the draft length), \
+         and the target verifies the whole tree in one forward pass; each node is one more row of the \
+         verify forward. Same seed: the draft's best few, and the walk follows the target's own token \
+         down the tree; with the independent draft (or at budget 0) the text is exactly the chain's, so a \
+         tree can only raise acceptance. Max acceptance: a draw without replacement from the draft, \
+         checked in order by recursive rejection sampling, so the text still follows π exactly. The \
          feature draft's nodes read the features it predicted for their parents. With the adaptive \
          length the policy shapes each round's tree inside this width and the draft length. The inspector \
          shows, at each depth of a round, the candidates that were verified there.",

@@ -104,10 +104,7 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
             "draft" => c.mode = Mode::Draft,
             "auto" => c.draft_len = DraftLen::Auto,
             "fixed" | "k" => c.draft_len = value.parse().map_err(anyhow::Error::msg)?,
-            "tree" => {
-                c.tree = Some(value.parse().map_err(anyhow::Error::msg)?);
-                c.coupling = Some(Coupling::SameSeed);
-            }
+            "tree" => c.tree = Some(value.parse().map_err(anyhow::Error::msg)?),
             "tv" | "kl" => {
                 c.rule = key.parse().map_err(anyhow::Error::msg)?;
                 c.budget = value.parse().with_context(|| format!("budget `{value}` in config `{s}` is not a number"))?;

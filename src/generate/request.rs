@@ -128,7 +128,7 @@ pub struct GenerateRequest {
     /// that a run's rounds depend only on the text and the seed (deterministic tests).
     #[serde(default)]
     pub costs: Option<FixedCosts>,
-    /// Draft a tree of candidates each round instead of a chain (same-seed coupling only).
+    /// Draft a tree of candidates each round instead of a chain.
     #[serde(default)]
     pub tree: Option<TreeShape>,
     /// Under the same-seed coupling, with an independent draft: verify beside the drafted chain
@@ -192,13 +192,6 @@ impl GenerateRequest {
         }
         if let Some(t) = self.tree {
             t.check().map_err(EngineError::InvalidSetting)?;
-            if self.coupling != Coupling::SameSeed {
-                return Err(EngineError::InvalidSetting(
-                    "a tree of candidates is verified with the same-seed coupling only (its output then does not \
-                     depend on the tree); switch the coupling to same-seed or draft a chain"
-                        .into(),
-                ));
-            }
         }
         Ok(())
     }

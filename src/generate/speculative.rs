@@ -296,7 +296,7 @@ impl Rounds<'_> {
             let verdict = self.verdict(&mixed.pi_mixed, q, x, pos);
             run.tally.verified(i, mixed.tv_pi_p);
             for &(t, q_t) in p.offers.get(i).map(Vec::as_slice).unwrap_or(&[]) {
-                self.policy.observe_side(q_t, t == verdict.token);
+                self.policy.observe_side(q_t, f64::from(u8::from(t == verdict.token)));
             }
             let side = match verdict.accepted {
                 true => None,

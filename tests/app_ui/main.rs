@@ -249,7 +249,7 @@ fn a_tree_of_candidates_is_sent_with_the_draft_length_as_its_depth() {
     let (app, rig) = app_with(Settings::default(), no_dialogs());
     let mut h = harness(app);
     h.run_steps(2);
-    h.get_by_label("same seed: draft a tree of candidates").click();
+    h.get_by_label("draft a tree of candidates").click();
     // The draft length is the tree's depth, even with the adaptive length on.
     h.get_by_label("adaptive draft length").click();
     h.run_steps(2);
@@ -267,14 +267,15 @@ fn a_tree_of_candidates_is_sent_with_the_draft_length_as_its_depth() {
     assert!(mentored.validate().is_ok());
     rig.send(EngineEvent::Done { run_id });
     h.run_steps(2);
-    // Trees are verified under the same-seed coupling only: max-acceptance sends a chain.
+    // Under max-acceptance the tree is sent too (checked by recursive rejection sampling).
     h.get_by_label("max acceptance").click();
     h.run_steps(2);
     h.get_by_label("Run").click();
     h.run_steps(2);
     let (_, _, mentored, _) = compare_of(rig.commands());
-    assert_eq!(mentored.tree, None);
+    assert_eq!(mentored.tree, Some(mentor_lab::generate::TreeShape { width: 2, depth: 7 }));
     assert_eq!(mentored.coupling, Coupling::MaxAcceptance);
+    assert!(mentored.validate().is_ok());
 }
 
 #[test]

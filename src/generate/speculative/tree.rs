@@ -10,13 +10,17 @@
 use super::Rounds;
 use crate::adaptive::{draft_token_s, MAX_DRAFT_LEN, MAX_SIDE_OFFERS};
 use crate::error::{EngineError, Result};
+use crate::generate::MAX_TREE_WIDTH;
 use crate::generate::{
     beside_log_z, plain_token, top_entries, GenEvent, RoundInfo, Run, TokenInfo, TokenSource, TreeShape,
 };
 use crate::lookup::{point_mass, propose_matched};
-use crate::mentor::mix;
+use crate::mentor::{mix, take_probabilities, verify_candidates, Coupling};
 use crate::model::{LazyLogits, Transformer};
-use crate::sampling::{nll_given_log_z, probabilities, race_argmax, race_top};
+use crate::sampling::{
+    draft_uniform, nll_given_log_z, probabilities, race_argmax, race_top, sample_without_replacement, uniform,
+    uniform_nth, Purpose,
+};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -29,6 +33,9 @@ struct Tree {
     children: Vec<Vec<usize>>,
     /// The draft's distribution after the node, for the nodes it ran (the parents).
     q: Vec<Option<Vec<f32>>>,
+    /// Under the max-acceptance coupling, the node's candidates as drawn from its q without
+    /// replacement (its draft children are a prefix), for the nodes the draft ran.
+    drawn: Vec<Option<Vec<u32>>>,
     /// The node's index among the draft's tree nodes, for the nodes it ran (the root is not one:
     /// the draft had the context already).
     draft_node: Vec<Option<usize>>,
@@ -59,6 +66,7 @@ impl Tree {
             depth: vec![0],
             children: vec![Vec::new()],
             q: vec![None],
+            drawn: vec![None],
             draft_node: vec![None],
             feat: vec![None],
             on_chain: vec![true],
@@ -80,6 +88,7 @@ impl Tree {
         self.children.push(Vec::new());
         self.children[parent].push(n);
         self.q.push(None);
+        self.drawn.push(None);
         self.draft_node.push(None);
         self.feat.push(None);
         self.on_chain.push(on_chain);
@@ -106,8 +115,8 @@ impl Tree {
 struct Candidate {
     /// On the chain the draft alone would propose.
     on_chain: bool,
-    /// Its parent's race's first choice.
-    first: bool,
+    /// Its place among its parent's candidates (0: the race's first choice, or the first draw).
+    rank: usize,
     /// The draft's probability of its path.
     score: f64,
     /// The estimated chance that the walk reaches it.
@@ -228,22 +237,35 @@ impl Rounds<'_> {
         let mut frontier = vec![0usize];
         for d in 0..depth {
             let at = (base - run.n_prompt + d) as u64;
+            let attempt = self.next_attempt(at);
             let mut candidates: Vec<Candidate> = Vec::new();
             for &node in &frontier {
                 let Some(q) = &tree.q[node] else { continue };
-                for (rank, x) in race_top(q, self.noise.at(at), width).into_iter().enumerate() {
+                let drawn = self.node_candidates(q, at, attempt, width);
+                let (mut score_above, mut reach_above) = (f64::INFINITY, f64::INFINITY);
+                for (rank, &x) in drawn.iter().take(width).enumerate() {
                     let estimate = match rank {
                         0 => self.policy.accept_estimate(q[x]),
                         _ => self.policy.side_estimate(q[x]),
                     };
+                    let (mut score, mut reach) = (score[node] * q[x] as f64, tree.reach[node] * estimate);
+                    if self.req.coupling == Coupling::MaxAcceptance {
+                        // Draws are checked in their order, so a node's kept ones must be its first
+                        // few: none ranks above the one drawn before it.
+                        (score, reach) = (score.min(score_above), reach.min(reach_above));
+                        (score_above, reach_above) = (score, reach);
+                    }
                     candidates.push(Candidate {
                         on_chain: tree.on_chain[node] && rank == 0,
-                        first: rank == 0,
-                        score: score[node] * q[x] as f64,
-                        reach: tree.reach[node] * estimate,
+                        rank,
+                        score,
+                        reach,
                         parent: node,
                         token: x as u32,
                     });
+                }
+                if self.req.coupling == Coupling::MaxAcceptance {
+                    tree.drawn[node] = Some(drawn.iter().map(|&x| x as u32).collect());
                 }
             }
             let kept = match self.auto {
@@ -253,6 +275,10 @@ impl Rounds<'_> {
                     candidates.truncate(width);
                     candidates
                 }
+            };
+            let kept = match self.req.coupling {
+                Coupling::SameSeed => kept,
+                Coupling::MaxAcceptance => first_draws(kept),
             };
             if kept.is_empty() {
                 break;
@@ -296,6 +322,36 @@ impl Rounds<'_> {
         Ok(())
     }
 
+    /// The draft attempt at output position `at` this depth's candidates are drawn with (one per
+    /// depth and round, as a chain counts its drafted positions; see `draft_uniform`).
+    fn next_attempt(&mut self, at: u64) -> u32 {
+        let at = at as usize;
+        if self.draft_attempts.len() <= at {
+            self.draft_attempts.resize(at + 1, 0);
+        }
+        self.draft_attempts[at] += 1;
+        self.draft_attempts[at] - 1
+    }
+
+    /// A node's candidates at output position `at`, in the order they are checked. Same seed: the
+    /// race's best `width`. Max acceptance: a draw from q without replacement, the first as a chain
+    /// drafts it; an adaptive tree draws as many as the policy learns runners-up from.
+    fn node_candidates(&mut self, q: &[f32], at: u64, attempt: u32, width: usize) -> Vec<usize> {
+        let seed = self.req.seed;
+        match self.req.coupling {
+            Coupling::SameSeed => race_top(q, self.noise.at(at), width),
+            Coupling::MaxAcceptance => {
+                let k = if self.auto { width.max(1 + MAX_SIDE_OFFERS) } else { width };
+                let stride = (MAX_TREE_WIDTH + MAX_SIDE_OFFERS) as u32;
+                let u = |j: usize| match j {
+                    0 => draft_uniform(seed, at, attempt),
+                    j => uniform_nth(seed, at, attempt * stride + j as u32, Purpose::DraftRunnerUp),
+                };
+                sample_without_replacement(q, u, k)
+            }
+        }
+    }
+
     /// A copy from the context ([`crate::lookup`]) as a branch of an adaptive tree: from the
     /// root it follows the nodes that hold its tokens already, then hangs the rest below as a
     /// chain, each copied token while the policy says its row pays (its chance: the node's above
@@ -334,11 +390,11 @@ impl Rounds<'_> {
     /// already: every first choice (its parent's expansion paid for its row), then the others,
     /// most likely first, while the policy says a row pays for them.
     fn kept_by_policy(&self, mut candidates: Vec<Candidate>, n_nodes: usize) -> Vec<Candidate> {
-        candidates.sort_by(|a, b| b.first.cmp(&a.first).then(b.reach.total_cmp(&a.reach)));
+        candidates.sort_by(|a, b| (a.rank > 0).cmp(&(b.rank > 0)).then(b.reach.total_cmp(&a.reach)));
         let mut kept: Vec<Candidate> = Vec::with_capacity(candidates.len());
         for c in candidates {
             let n = n_nodes + kept.len();
-            if n >= MAX_DRAFT_LEN || !(c.first || self.policy.node_pays(c.reach, n)) {
+            if n >= MAX_DRAFT_LEN || !(c.rank == 0 || self.policy.node_pays(c.reach, n)) {
                 break;
             }
             kept.push(c);
@@ -347,7 +403,8 @@ impl Rounds<'_> {
     }
 
     /// Walk the tree from the root: at a node the draft expanded, emit the race's winner under π
-    /// and follow it if it is a child; at any other node emit the target's own token (the root's
+    /// and follow it if it is a child (max acceptance: check the children in their order with
+    /// [`verify_candidates`] and follow the one taken); at any other node emit the target's own token (the root's
     /// always, a deeper one's as the bonus). Returns the path of nodes whose tokens are settled.
     fn walk_tree(
         &mut self,
@@ -392,22 +449,31 @@ impl Rounds<'_> {
                 let mixed = mix(req.rule, &pt, q, if tree.copy_q[node] { 0.0 } else { req.budget });
                 (pt, mixed)
             })?;
-            let y = race_argmax(&mixed.pi_mixed, self.noise.at(pos)) as u32;
-            if let Some(&c) = tree.children[node].iter().find(|&&c| tree.copied[c]) {
+            let children = &tree.children[node];
+            let (y, next, accept_prob) = match req.coupling {
+                Coupling::SameSeed => {
+                    let y = race_argmax(&mixed.pi_mixed, self.noise.at(pos)) as u32;
+                    (y, children.iter().copied().find(|&c| tree.tokens[c] == y), None)
+                }
+                Coupling::MaxAcceptance => {
+                    let seed = req.seed;
+                    let candidates: Vec<(u32, bool)> =
+                        children.iter().map(|&c| (tree.tokens[c], tree.copied[c])).collect();
+                    let u = |j: usize| match j {
+                        0 => uniform(seed, pos, Purpose::AcceptTest),
+                        j => uniform_nth(seed, pos, j as u32, Purpose::AcceptRunnerUp),
+                    };
+                    let v =
+                        verify_candidates(&mixed.pi_mixed, q, &candidates, u, uniform(seed, pos, Purpose::Residual));
+                    (v.token, v.taken.map(|j| children[j]), Some(v.accept_prob))
+                }
+            };
+            if let Some(&c) = children.iter().find(|&&c| tree.copied[c]) {
                 self.policy.observe_copies(tree.copy_matched, 1, usize::from(tree.tokens[c] == y));
             }
             if self.auto && !tree.copy_q[node] {
-                // What the policy learns at a chain's verified position: whether the race's first
-                // choice was the target's token, and whether a runner-up was.
-                let top = race_top(q, self.noise.at(pos), 1 + MAX_SIDE_OFFERS);
-                if let Some((&first, rest)) = top.split_first() {
-                    self.policy.observe_drafted(q[first], if y as usize == first { 1.0 } else { 0.0 });
-                    for &t in rest {
-                        self.policy.observe_side(q[t], y as usize == t);
-                    }
-                }
+                self.observe_node(tree, node, (q, &mixed.pi_mixed), y, pos);
             }
-            let next = tree.children[node].iter().copied().find(|&c| tree.tokens[c] == y);
             let first_choice = tree.tokens[tree.children[node][0]];
             let offers: Vec<u32> = tree.children[node][1..].iter().map(|&c| tree.tokens[c]).collect();
             let must: Vec<u32> = [y, first_choice].into_iter().chain(offers.iter().copied()).collect();
@@ -421,6 +487,7 @@ impl Rounds<'_> {
                 p_target: Some(pt[y as usize]),
                 q_draft: Some(q[y as usize]),
                 pi_mixed: Some(mixed.pi_mixed[y as usize]),
+                accept_prob,
                 tv: Some(mixed.tv_pq),
                 theta: Some(mixed.theta),
                 round: Some(round),
@@ -440,4 +507,39 @@ impl Rounds<'_> {
         }
         Ok(path)
     }
+
+    /// What the policy learns at a verified node, as at a chain's verified position: how likely
+    /// the first candidate was to be taken, and each runner-up (verified or not, so the estimate
+    /// is unselected). Same seed: whether the race's first choice, or a runner-up, was the
+    /// emitted `y`. Max acceptance: the exact probabilities of [`take_probabilities`].
+    fn observe_node(&mut self, tree: &Tree, node: usize, (q, pi_mixed): (&[f32], &[f32]), y: u32, pos: u64) {
+        let (drawn, taken): (Vec<usize>, Vec<f64>) = match &tree.drawn[node] {
+            Some(drawn) => {
+                let taken = take_probabilities(pi_mixed, q, drawn);
+                (drawn.iter().map(|&x| x as usize).collect(), taken)
+            }
+            None => {
+                let top = race_top(q, self.noise.at(pos), 1 + MAX_SIDE_OFFERS);
+                let hits = top.iter().map(|&t| f64::from(u8::from(t == y as usize))).collect();
+                (top, hits)
+            }
+        };
+        if let (Some(&first), Some(&hit)) = (drawn.first(), taken.first()) {
+            self.policy.observe_drafted(q[first], hit);
+        }
+        for (&t, &hit) in drawn.iter().zip(&taken).skip(1).take(MAX_SIDE_OFFERS) {
+            self.policy.observe_side(q[t], hit);
+        }
+    }
+}
+
+/// Each parent's candidates cut to its first draws (ranks 0, 1, … without a gap), in their order.
+fn first_draws(kept: Vec<Candidate>) -> Vec<Candidate> {
+    let mut out: Vec<Candidate> = Vec::with_capacity(kept.len());
+    for c in kept {
+        if c.rank == 0 || out.iter().any(|k| k.parent == c.parent && k.rank + 1 == c.rank) {
+            out.push(c);
+        }
+    }
+    out
 }
