@@ -63,6 +63,33 @@ impl Q4Matrix {
     pub fn without_tiles(self) -> Self {
         Q4Matrix { amx: None, ..self }
     }
+
+    /// Drop the row layout where the tile layout holds every output: every call then runs on the
+    /// tiles (`vpdpbusd` over them, or AMX), and the weights are held once, not twice. Its rows
+    /// can then no longer be selected ([`Q4Matrix::select_rows`] gives `None`).
+    pub fn drop_row_layout(&mut self) {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        if self.amx.as_ref().is_some_and(|t| t.covers(self.n_out)) && !self.is_five_bit() {
+            self.nibbles = Vec::new();
+            // The tiles hold the blocks' d and m too.
+            self.scales = Scales::Centered { d: Vec::new(), offset: 0.0 };
+        }
+    }
+
+    /// Output `o`'s d and m of block `b`, from whichever layout holds them.
+    pub(super) fn block_d_m(&self, o: usize, b: usize) -> (f32, f32) {
+        let nb = self.n_in / BLOCK;
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        if let (true, Some(tiles)) = (self.tiles_only(), &self.amx) {
+            return tiles.d_m_of(o, b, nb);
+        }
+        self.scales.get(o * nb + b)
+    }
+
+    /// Whether [`Q4Matrix::drop_row_layout`] dropped the row layout.
+    pub fn tiles_only(&self) -> bool {
+        self.nibbles.is_empty() && self.n_out > 0 && self.n_in > 0
+    }
 }
 
 /// Bytes of one GGML Q8_0 block: f16 scale + 32 × i8.
@@ -368,9 +395,8 @@ impl RowsAsF32 for Q4Matrix {
         (self.n_out, self.n_in)
     }
     fn row_f32(&self, row: usize, out: &mut [f32]) {
-        let nb = self.n_in / BLOCK;
         for (i, (o, &q)) in out.iter_mut().zip(&self.quants_row(row)).enumerate() {
-            let (d, m) = self.scales.get(row * nb + i / BLOCK);
+            let (d, m) = self.block_d_m(row, i / BLOCK);
             *o = d * q as f32 + m;
         }
     }

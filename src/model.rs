@@ -72,6 +72,16 @@ struct Linear {
 }
 
 impl Linear {
+    /// A 4-bit matrix keeps only its tile layout where that runs every call
+    /// ([`Q4Matrix::drop_row_layout`]); layers' matrices, whose rows are never selected.
+    fn drop_row_layout(&mut self) {
+        if let Weights::BatchedQ4(m) = &mut self.w {
+            if let Some(m) = std::sync::Arc::get_mut(m) {
+                m.drop_row_layout();
+            }
+        }
+    }
+
     /// Bytes its weights take in memory.
     fn bytes(&self) -> usize {
         match &self.w {
@@ -133,6 +143,14 @@ enum Projections {
 }
 
 impl Projections {
+    /// The linears it holds: the fused one, or each part.
+    fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
+        match self {
+            Projections::Fused { linear, .. } => std::slice::from_mut(linear).iter_mut(),
+            Projections::Separate(parts) => parts.iter_mut(),
+        }
+    }
+
     fn new(parts: Vec<Linear>) -> Result<Projections> {
         let sizes: Vec<usize> = parts.iter().map(|l| l.n_out()).collect();
         let stacked = if parts.iter().all(|l| matches!(l.w, Weights::BatchedQ8(_))) {

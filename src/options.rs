@@ -19,7 +19,7 @@ pub enum KernelPath {
     Avx2,
     /// AVX-512 VNNI at 256 bits (no 512-bit vectors, no AMX).
     Vnni256,
-    /// Everything but AMX tiles.
+    /// Everything but the tile layouts (AMX's, and the 4-bit tiles the 512-bit VNNI path reads).
     NoAmx,
 }
 

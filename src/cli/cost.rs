@@ -83,7 +83,10 @@ fn print_memory(m: &LoadedModel) {
     let tiles = match m.model.tile_memory() {
         0 => String::new(),
         t => {
-            format!(" (of which {:.0} MB AMX tiles for multi-row products; `--kernel noamx` holds none)", mb(t as f64))
+            format!(
+                " (of which {:.0} MB tile layouts for multi-row products; `--kernel noamx` holds none)",
+                mb(t as f64)
+            )
         }
     };
     println!(

@@ -25,6 +25,7 @@
 //! verify pass reads (`cost`: 4 tokens 1.52x → 1.75x a step).
 
 use super::{chunks, concat, Q8Rows, BLOCK};
+use half::f16;
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -96,8 +97,12 @@ pub(super) struct AmxTiles {
     /// Q8_0 (signed weights, no offset term) rather than 4-bit.
     signed: bool,
     weights: Vec<u8>, // (group, block, 256 packed) or, signed, (group, block, 512)
-    d: Vec<f32>,      // (group, block, 16): the block scales
-    m: Vec<f32>,      // (group, block, 16): the 4-bit blocks' offsets; empty for Q8_0
+    d: Vec<f32>,      // Q8_0: (group, block, 16), the block scales; empty for 4-bit
+    /// 4-bit: per group and block the 16 outputs' d, then (without `offset`) their m, as the
+    /// file's f16 values.
+    dm: Vec<f16>,
+    /// Q4_0's m = offset · d, computed as the row kernels compute it.
+    offset: Option<f32>,
     /// The accumulator lane of each block: its place in its chunk.
     lanes: Vec<u8>,
 }
@@ -113,6 +118,12 @@ pub(super) fn available() -> bool {
             && cpu_has_amx_int8()
             && request_tile_state()
     })
+}
+
+/// Whether 4-bit matrices get the tile layout for [`AmxTiles::rows_vnni`]: the 512-bit VNNI
+/// kernels are on and the kernel path keeps tiles.
+pub(super) fn vnni_tiles() -> bool {
+    super::use_vnni512() && crate::options::current().kernel != crate::options::KernelPath::NoAmx
 }
 
 fn cpu_has_amx_int8() -> bool {
@@ -147,16 +158,26 @@ impl AmxTiles {
         scales: &super::Scales,
     ) -> Option<AmxTiles> {
         let (groups, nb) = (n_out / TILE_OUTS, n_in / BLOCK);
-        if !available() || groups == 0 || nb == 0 {
+        if !(available() || vnni_tiles()) || groups == 0 || nb == 0 {
             return None;
         }
+        let offset = match scales {
+            super::Scales::Centered { offset, .. } => Some(*offset),
+            _ => None,
+        };
         let mut out = AmxTiles {
             groups,
             signed: false,
             weights: vec![0; groups * nb * PACKED_BYTES],
             d: Vec::new(),
-            m: Vec::new(),
+            dm: Vec::with_capacity(groups * nb * TILE_OUTS * if offset.is_some() { 1 } else { 2 }),
+            offset,
             lanes: lanes(nb),
+        };
+        // A block's f16 d at its start, then (Q4_1) its f16 m.
+        let half = |o: usize, b: usize, at: usize| {
+            let i = (o * nb + b) * block_bytes + at;
+            f16::from_le_bytes([bytes[i], bytes[i + 1]])
         };
         for (gb, dst) in out.weights.chunks_exact_mut(PACKED_BYTES).enumerate() {
             let (g, b) = (gb / nb, gb % nb);
@@ -164,10 +185,9 @@ impl AmxTiles {
                 let (o, k) = (g * TILE_OUTS + p % 64 / 4, 4 * (p / 64) + p % 4);
                 *byte = bytes[(o * nb + b) * block_bytes + block_bytes - 16 + k];
             }
-            for n in 0..TILE_OUTS {
-                let (d, m) = scales.get((g * TILE_OUTS + n) * nb + b);
-                out.d.push(d);
-                out.m.push(m);
+            out.dm.extend((0..TILE_OUTS).map(|n| half(g * TILE_OUTS + n, b, 0)));
+            if offset.is_none() {
+                out.dm.extend((0..TILE_OUTS).map(|n| half(g * TILE_OUTS + n, b, 2)));
             }
         }
         Some(out)
@@ -175,16 +195,53 @@ impl AmxTiles {
 
     /// Bytes this layout holds.
     pub(super) fn bytes(&self) -> usize {
-        self.weights.len() + 4 * (self.d.len() + self.m.len()) + self.lanes.len()
+        self.weights.len() + 4 * self.d.len() + 2 * self.dm.len() + self.lanes.len()
     }
 
     /// The fewest activation rows for which this matrix (`n_in` wide) takes the tiles.
     pub(super) fn min_rows(&self, n_in: usize) -> usize {
-        if self.signed {
-            min_rows_q8(self.groups * TILE_OUTS, n_in)
-        } else {
-            min_rows_q4(n_in)
+        match self.signed {
+            true => min_rows_q8(self.groups * TILE_OUTS, n_in),
+            false => 1,
         }
+    }
+
+    /// Whether a call of `n_rows` rows runs on AMX itself (else, 4-bit, on [`AmxTiles::rows_vnni`]).
+    pub(super) fn takes_amx(&self, n_rows: usize, n_in: usize) -> bool {
+        available()
+            && match self.signed {
+                true => n_rows >= min_rows_q8(self.groups * TILE_OUTS, n_in),
+                false => n_rows >= min_rows_q4(n_in),
+            }
+    }
+
+    /// Whether the layout holds all of a matrix's `n_out` outputs (whole groups, nothing left).
+    pub(super) fn covers(&self, n_out: usize) -> bool {
+        self.groups * TILE_OUTS == n_out
+    }
+
+    /// 4-bit: output `o`'s d and m of block `b` (of `nb`), as the row kernels compute them.
+    pub(super) fn d_m_of(&self, o: usize, b: usize, nb: usize) -> (f32, f32) {
+        let at = (o / TILE_OUTS * nb + b) * self.dm_stride() + o % TILE_OUTS;
+        let d = self.dm[at].to_f32();
+        match self.offset {
+            Some(offset) => (d, offset * d),
+            None => (d, self.dm[at + TILE_OUTS].to_f32()),
+        }
+    }
+
+    /// 4-bit: output `o`'s quants (0..15) in plain order, `n_in` of them.
+    pub(super) fn quants_row(&self, o: usize, n_in: usize) -> Vec<u8> {
+        let (g, n, nb) = (o / TILE_OUTS, o % TILE_OUTS, n_in / BLOCK);
+        let mut out = vec![0u8; n_in];
+        for (b, block) in out.chunks_exact_mut(BLOCK).enumerate() {
+            let tile = &self.weights[(g * nb + b) * PACKED_BYTES..][..PACKED_BYTES];
+            for (p, &byte) in tile.iter().enumerate().filter(|(p, _)| p % 64 / 4 == n) {
+                let k = 4 * (p / 64) + p % 4;
+                (block[k], block[k + 16]) = (byte & 0x0F, byte >> 4);
+            }
+        }
+        out
     }
 
     /// From Q8_0 block scales `(n_out, n_in / 32)` and each output's weights in plain order.
@@ -203,7 +260,8 @@ impl AmxTiles {
             signed: true,
             weights: vec![0; groups * nb * TILE_BYTES],
             d: Vec::new(),
-            m: Vec::new(),
+            dm: Vec::new(),
+            offset: None,
             lanes: lanes(nb),
         };
         for g in 0..groups {
@@ -225,10 +283,12 @@ impl AmxTiles {
     pub(super) fn stack(parts: &[Option<&AmxTiles>], n_outs: &[usize]) -> Option<AmxTiles> {
         let parts: Vec<&AmxTiles> = parts.iter().copied().collect::<Option<_>>()?;
         if parts.is_empty()
-            || n_outs
-                .iter()
-                .zip(&parts)
-                .any(|(&n, p)| n != p.groups * TILE_OUTS || p.lanes != parts[0].lanes || p.signed != parts[0].signed)
+            || n_outs.iter().zip(&parts).any(|(&n, p)| {
+                n != p.groups * TILE_OUTS
+                    || p.lanes != parts[0].lanes
+                    || p.signed != parts[0].signed
+                    || p.offset != parts[0].offset
+            })
         {
             return None;
         }
@@ -237,7 +297,8 @@ impl AmxTiles {
             signed: parts[0].signed,
             weights: concat(parts.iter().map(|p| &p.weights[..])),
             d: concat(parts.iter().map(|p| &p.d[..])),
-            m: concat(parts.iter().map(|p| &p.m[..])),
+            dm: concat(parts.iter().map(|p| &p.dm[..])),
+            offset: parts[0].offset,
             lanes: parts[0].lanes.clone(),
         })
     }
@@ -257,6 +318,9 @@ impl AmxTiles {
         y: *mut f32,
         n_out: usize,
     ) -> usize {
+        if !self.takes_amx(xq.n_rows, n_in) {
+            return self.rows_vnni(n_in, outs, xq, y, n_out);
+        }
         if self.signed {
             self.rows_of::<true>(n_in, outs, xq, y, n_out)
         } else {
@@ -309,6 +373,109 @@ impl AmxTiles {
             }
         });
         (g1 - g0) * TILE_OUTS
+    }
+
+    /// [`AmxTiles::rows`] for 4-bit weights where AMX does not take the call (no AMX, or too few
+    /// rows for it) and the CPU has AVX-512 VNNI: the same
+    /// tile layout and the same float steps in the same order (so the results are the row
+    /// kernel's bit for bit), with each block's 16 outputs' integer sums from 8 `vpdpbusd`s per
+    /// row (a tile row of weights against 4 activations broadcast). The float work per block is
+    /// then shared by 16 outputs, where the row kernel does it per output; the weights of a
+    /// block are unpacked once for up to 16 rows.
+    ///
+    /// Safety: as [`AmxTiles::rows`], and the CPU has AVX-512 VNNI.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+    unsafe fn rows_vnni(
+        &self,
+        n_in: usize,
+        outs: std::ops::Range<usize>,
+        xq: &Q8Rows,
+        y: *mut f32,
+        n_out: usize,
+    ) -> usize {
+        if self.signed || !outs.start.is_multiple_of(TILE_OUTS) {
+            return 0;
+        }
+        let (g0, g1) = (outs.start / TILE_OUTS, (outs.end / TILE_OUTS).min(self.groups));
+        let nb = n_in / BLOCK;
+        if g1 <= g0 || xq.n_rows == 0 || nb == 0 {
+            return 0;
+        }
+        SCRATCH.with_borrow_mut(|work| {
+            let acc = &mut work.acc;
+            let mask = _mm512_set1_epi8(0x0F);
+            for r0 in (0..xq.n_rows).step_by(TILE_ROWS) {
+                let rows = (xq.n_rows - r0).min(TILE_ROWS);
+                for g in g0..g1 {
+                    for a in acc.iter_mut().take(rows) {
+                        *a = [_mm512_setzero_ps(); 8];
+                    }
+                    for b in 0..nb {
+                        let src = self.packed(g * nb + b);
+                        // The weights stream from memory: ask for them, and for their scales, ahead.
+                        for line in 0..PACKED_BYTES / 64 {
+                            super::prefetch_ahead(src.add(64 * line), super::PREFETCH_BYTES);
+                        }
+                        let ahead = super::PREFETCH_BYTES / PACKED_BYTES * self.dm_stride() * 2;
+                        super::prefetch_ahead(
+                            self.dm.as_ptr().add((g * nb + b) * self.dm_stride()) as *const u8,
+                            ahead,
+                        );
+                        // Tile row t: weights 4t..4t + 3 of each of the 16 outputs.
+                        let mut w = [_mm512_setzero_si512(); 8];
+                        for i in 0..4 {
+                            let raw = _mm512_loadu_si512(src.add(64 * i) as *const _);
+                            w[i] = _mm512_and_si512(raw, mask);
+                            w[4 + i] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), mask);
+                        }
+                        let (d, m) = self.d_m(g * nb + b);
+                        let lane = self.lanes[b] as usize;
+                        let mut r = 0;
+                        while r < rows {
+                            let x = xq.quants.as_ptr().add((r0 + r) * n_in + b * BLOCK);
+                            let at_row = (r0 + r) * nb + b;
+                            let (xs, ms) = (xq.scales.as_ptr().add(at_row), xq.scaled_sums.as_ptr().add(at_row));
+                            let acc = acc.as_mut_ptr().add(r);
+                            r += match rows - r {
+                                1 => scale_rows::<1>(&w, x, n_in, (d, m), (xs, ms, nb), acc, lane),
+                                2 => scale_rows::<2>(&w, x, n_in, (d, m), (xs, ms, nb), acc, lane),
+                                3 => scale_rows::<3>(&w, x, n_in, (d, m), (xs, ms, nb), acc, lane),
+                                _ => scale_rows::<4>(&w, x, n_in, (d, m), (xs, ms, nb), acc, lane),
+                            };
+                        }
+                    }
+                    for (r, a) in acc.iter().enumerate().take(rows) {
+                        // `hsum256`'s order, as in [`AmxTiles::group`].
+                        let even = _mm512_add_ps(_mm512_add_ps(a[4], a[0]), _mm512_add_ps(a[6], a[2]));
+                        let odd = _mm512_add_ps(_mm512_add_ps(a[5], a[1]), _mm512_add_ps(a[7], a[3]));
+                        _mm512_storeu_ps(y.add((r0 + r) * n_out + g * TILE_OUTS), _mm512_add_ps(even, odd));
+                    }
+                }
+            }
+        });
+        (g1 - g0) * TILE_OUTS
+    }
+
+    /// 4-bit: the f16 values per group and block in `dm` (d, and m without `offset`).
+    fn dm_stride(&self) -> usize {
+        if self.offset.is_some() {
+            TILE_OUTS
+        } else {
+            2 * TILE_OUTS
+        }
+    }
+
+    /// 4-bit: the 16 outputs' d and m of block `gb % nb` of group `gb / nb`, in f32.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
+    #[inline]
+    unsafe fn d_m(&self, gb: usize) -> (__m512, __m512) {
+        let at = self.dm.as_ptr().add(gb * self.dm_stride());
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(at as *const __m256i));
+        let m = match self.offset {
+            Some(offset) => _mm512_mul_ps(_mm512_set1_ps(offset), d),
+            None => _mm512_cvtph_ps(_mm256_loadu_si256(at.add(TILE_OUTS) as *const __m256i)),
+        };
+        (d, m)
     }
 
     /// Block `gb % nb` of group `gb / nb` as stored.
@@ -408,21 +575,50 @@ impl AmxTiles {
         xq: &Q8Rows,
         acc: &mut Accumulators,
     ) {
-        let at = (g * nb + b) * TILE_OUTS;
-        let d = _mm512_loadu_ps(self.d.as_ptr().add(at));
+        let (d, m) = match SIGNED {
+            true => (_mm512_loadu_ps(self.d.as_ptr().add((g * nb + b) * TILE_OUTS)), _mm512_setzero_ps()),
+            false => self.d_m(g * nb + b),
+        };
         let lane = self.lanes[b] as usize;
         for (r, acc) in acc.iter_mut().enumerate().take(rows) {
             let s = _mm512_cvtepi32_ps(_mm512_loadu_si512(sums.add(r * TILE_OUTS) as *const _));
             let xs = xq.scales[(r0 + r) * nb + b];
             let a = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xs)), s, acc[lane]);
-            acc[lane] = if SIGNED {
-                a
-            } else {
-                let m = _mm512_loadu_ps(self.m.as_ptr().add(at));
-                _mm512_fmadd_ps(m, _mm512_set1_ps(xq.scaled_sums[(r0 + r) * nb + b]), a)
-            };
+            acc[lane] =
+                if SIGNED { a } else { _mm512_fmadd_ps(m, _mm512_set1_ps(xq.scaled_sums[(r0 + r) * nb + b]), a) };
         }
     }
+}
+
+/// One block of `N` activation rows (quants at `x`, `stride` bytes apart; their scales and scaled
+/// sums at `xs` and `ms`, `nb` apart) against 16 outputs' unpacked weight rows `w` (block scales
+/// `d`, offsets `m`), into each row's accumulator `lane` (rows from `acc`): the integer sums from
+/// 8 `vpdpbusd`s per row, the rows interleaved so that their dependent chains overlap, then
+/// [`AmxTiles::scale`]'s arithmetic step for step. Returns `N`.
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn scale_rows<const N: usize>(
+    w: &[__m512i; 8],
+    x: *const i8,
+    stride: usize,
+    (d, m): (__m512, __m512),
+    (xs, ms, nb): (*const f32, *const f32, usize),
+    acc: *mut [__m512; 8],
+    lane: usize,
+) -> usize {
+    let mut s = [_mm512_setzero_si512(); N];
+    for (t, &wt) in w.iter().enumerate() {
+        for (j, sj) in s.iter_mut().enumerate() {
+            let xt = (x.add(j * stride + 4 * t) as *const i32).read_unaligned();
+            *sj = _mm512_dpbusd_epi32(*sj, wt, _mm512_set1_epi32(xt));
+        }
+    }
+    for (j, &sum) in s.iter().enumerate() {
+        let a = &mut (*acc.add(j))[lane];
+        let scaled = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(*xs.add(j * nb))), _mm512_cvtepi32_ps(sum), *a);
+        *a = _mm512_fmadd_ps(m, _mm512_set1_ps(*ms.add(j * nb)), scaled);
+    }
+    N
 }
 
 /// Each block's lane in its chunk.

@@ -181,9 +181,14 @@ impl Q4Matrix {
         self.nibbles.len() + self.high.len() + scales + self.amx.as_ref().map_or(0, |a| a.bytes())
     }
 
-    /// Bytes of the AMX tile copy alone (see [`Q8Matrix::tile_bytes`]).
+    /// Bytes of the tile layout where it is a second copy beside the row layout (see
+    /// [`Q8Matrix::tile_bytes`]; 0 where the tiles are the only one).
     pub fn tile_bytes(&self) -> usize {
-        self.amx.as_ref().map_or(0, |a| a.bytes())
+        match self.tiles_only() {
+            // The tiles are then the weights' only copy.
+            true => 0,
+            false => self.amx.as_ref().map_or(0, |a| a.bytes()),
+        }
     }
 
     pub fn matmul(&self, x: &[f32], n_rows: usize) -> Vec<f32> {
@@ -200,7 +205,7 @@ impl Q4Matrix {
                 for b in 0..nb {
                     let x = &xq.quants[r * self.n_in + b * BLOCK..][..BLOCK];
                     let s: i32 = q[b * BLOCK..][..BLOCK].iter().zip(x).map(|(&w, &x)| w as i32 * x as i32).sum();
-                    let (d, m) = self.scales.get(o * nb + b);
+                    let (d, m) = self.block_d_m(o, b);
                     acc += d * xq.scales[r * nb + b] * s as f32;
                     offset += m * xq.scaled_sums[r * nb + b];
                 }
@@ -651,7 +656,7 @@ impl RowKernel for Q4Matrix {
     fn prepare(&self, xq: &mut Q8Rows) {
         xq.fill_pairs_for_wide();
         #[cfg(target_os = "linux")]
-        if tiles_for(&self.amx, xq.n_rows, self.n_in).is_some() {
+        if tiles_for(&self.amx, xq.n_rows, self.n_in).is_some_and(|t| t.takes_amx(xq.n_rows, self.n_in)) {
             xq.fill_tile_pairs();
         }
     }

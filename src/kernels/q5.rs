@@ -156,6 +156,10 @@ impl Q4Matrix {
 
     /// Row `o`'s quants in plain order (0..15, or 0..31 for the 5-bit formats).
     pub(super) fn quants_row(&self, o: usize) -> Vec<u8> {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        if let (true, Some(tiles)) = (self.nibbles.is_empty(), &self.amx) {
+            return tiles.quants_row(o, self.n_in);
+        }
         let mut il = unpack_q4_il(&self.nibbles[o * self.n_in / 2..(o + 1) * self.n_in / 2], self.n_in);
         if self.is_five_bit() {
             let hb = high_row_bytes(self.n_in);

@@ -19,13 +19,19 @@ pub(super) fn output_bits(len: usize, f: &dyn Fn(&mut [f32])) -> Vec<u32> {
 
 /// GGML Q4_1 bytes of a pseudo-random `(n_out, n_in)` matrix, quantized by candle.
 fn q4_1_bytes(n_out: usize, n_in: usize, seed: u64) -> Vec<u8> {
+    ggml_bytes(n_out, n_in, seed, candle_core::quantized::GgmlDType::Q4_1)
+}
+
+/// The same as Q4_0.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn q4_0_bytes(n_out: usize, n_in: usize, seed: u64) -> Vec<u8> {
+    ggml_bytes(n_out, n_in, seed, candle_core::quantized::GgmlDType::Q4_0)
+}
+
+fn ggml_bytes(n_out: usize, n_in: usize, seed: u64, dtype: candle_core::quantized::GgmlDType) -> Vec<u8> {
     let t = candle_core::Tensor::from_vec(pseudo_random(n_out * n_in, seed), (n_out, n_in), &candle_core::Device::Cpu)
         .unwrap();
-    candle_core::quantized::QTensor::quantize(&t, candle_core::quantized::GgmlDType::Q4_1)
-        .unwrap()
-        .data()
-        .unwrap()
-        .into_owned()
+    candle_core::quantized::QTensor::quantize(&t, dtype).unwrap().data().unwrap().into_owned()
 }
 
 /// The AVX2 quantizer gives the scalar one's quants, scales and sums bit for bit, ties
@@ -145,7 +151,7 @@ fn assert_tiles_give(tiles: &amx::AmxTiles, xq: &mut Q8Rows, vnni: &[f32], n_out
             xq.fill_tile_pairs();
         }
         let mut ours = vec![f32::NAN; n_out * n_rows];
-        // SAFETY: the callers checked `amx::available` (AVX-512 F and BW with it); `ours` is
+        // SAFETY: the callers have tiles (AVX-512 F, BW and VNNI with them); `ours` is
         // n_rows × n_out.
         let done = unsafe { tiles.rows(n_in, 0..n_out, xq, ours.as_mut_ptr(), n_out) };
         assert_eq!(done, n_out / 16 * 16);
@@ -170,29 +176,49 @@ fn assert_tiles_give(tiles: &amx::AmxTiles, xq: &mut Q8Rows, vnni: &[f32], n_out
     assert_eq!(unsafe { tiles.rows(n_in, 8..n_out, xq, ours.as_mut_ptr(), n_out) }, 0);
 }
 
-/// Where this process can run AMX, the tile path gives the 512-bit VNNI kernel's results bit
-/// for bit, for any number of rows (one tile of up to 16, or several), for whole groups of 16
-/// outputs (the rest go to VNNI), and for the chunk shapes of every width.
+/// Where this process runs the 512-bit VNNI kernels, the tile path (AMX where the CPU has it,
+/// else the tiles' 16-output blocks with `vpdpbusd`) gives the row kernel's results bit for bit,
+/// for any number of rows (one tile of up to 16, or several), for whole groups of 16 outputs (the
+/// rest go to the row kernel), for the chunk shapes of every width, and for Q4_0 as for Q4_1.
+/// Q8_0 has tiles only with AMX.
 #[test]
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn amx_equals_the_vnni_kernel() {
-    if !amx::available() {
-        eprintln!("no AMX here (or the kernel path turns it off): nothing to compare");
+fn tiles_equal_the_vnni_kernel() {
+    if !(amx::available() || amx::vnni_tiles()) {
+        eprintln!("no 512-bit VNNI here (or the kernel path turns tiles off): nothing to compare");
         return;
     }
-    for (n_out, n_in) in [(64, 576), (48, 1536), (35, 480), (32, 64), (16, 32), (67, 256)] {
-        let q4 = Q4Matrix::from_ggml_bytes(&q4_1_bytes(n_out, n_in, 31), n_out, n_in, true).unwrap();
-        let tiles = q4.amx.as_ref().expect("AMX layout where AMX is available");
+    for (n_out, n_in, min) in
+        [(64, 576, true), (48, 1536, true), (35, 480, false), (32, 64, true), (16, 32, true), (67, 256, false)]
+    {
+        let bytes = match min {
+            true => q4_1_bytes(n_out, n_in, 31),
+            false => q4_0_bytes(n_out, n_in, 31),
+        };
+        let q4 = Q4Matrix::from_ggml_bytes(&bytes, n_out, n_in, min).unwrap();
+        let tiles = q4.amx.as_ref().expect("a tile layout where 512-bit VNNI runs");
         for n_rows in [1, 2, 3, 5, 9, 16, 17, 33] {
             let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 32 + n_rows as u64), n_rows, n_in);
             xq.fill_pairs_for_wide();
             let mut vnni = vec![0f32; n_out * n_rows];
-            // SAFETY: `amx::available` implies AVX-512 VNNI, F, BW and VL.
+            // SAFETY: tiles exist only with the 512-bit VNNI kernels (AVX-512 VNNI, F, BW and VL).
             unsafe { q4.rows_vnni512(0..n_out, &xq, &mut vnni) };
-            assert_tiles_give(tiles, &mut xq, &vnni, n_out, n_in, "q4_1");
+            assert_tiles_give(tiles, &mut xq, &vnni, n_out, n_in, if min { "q4_1" } else { "q4_0" });
         }
     }
-    // Q8_0 the same way (signed tiles, no offset term).
+    // Stacked parts keep their tiles; a part with a partial group leaves the stack without.
+    let parts: Vec<Q4Matrix> = [(32, 41), (16, 42)]
+        .iter()
+        .map(|&(n, seed)| Q4Matrix::from_ggml_bytes(&q4_1_bytes(n, 576, seed), n, 576, true).unwrap())
+        .collect();
+    assert!(Q4Matrix::stack(&parts.iter().collect::<Vec<_>>()).unwrap().amx.is_some());
+    let odd = Q4Matrix::from_ggml_bytes(&q4_1_bytes(20, 576, 43), 20, 576, true).unwrap();
+    assert!(Q4Matrix::stack(&[&parts[0], &odd]).unwrap().amx.is_none());
+    // Q8_0 the same way (signed tiles, no offset term), with AMX only.
+    if !amx::available() {
+        assert!(Q8Matrix::from_f32(&pseudo_random(64 * 576, 33), 64, 576).unwrap().amx.is_none());
+        return;
+    }
     for (n_out, n_in) in [(64, 576), (48, 1536), (35, 480), (32, 64), (16, 32), (67, 192)] {
         let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 33), n_out, n_in).unwrap();
         let tiles = q8.amx.as_ref().expect("AMX layout where AMX is available");
@@ -205,14 +231,6 @@ fn amx_equals_the_vnni_kernel() {
             assert_tiles_give(tiles, &mut xq, &vnni, n_out, n_in, "q8_0");
         }
     }
-    // Stacked parts keep their tiles; a part with a partial group leaves the stack without.
-    let parts: Vec<Q4Matrix> = [(32, 41), (16, 42)]
-        .iter()
-        .map(|&(n, seed)| Q4Matrix::from_ggml_bytes(&q4_1_bytes(n, 576, seed), n, 576, true).unwrap())
-        .collect();
-    assert!(Q4Matrix::stack(&parts.iter().collect::<Vec<_>>()).unwrap().amx.is_some());
-    let odd = Q4Matrix::from_ggml_bytes(&q4_1_bytes(20, 576, 43), 20, 576, true).unwrap();
-    assert!(Q4Matrix::stack(&[&parts[0], &odd]).unwrap().amx.is_none());
 }
 
 #[test]
@@ -399,4 +417,45 @@ fn ggml_bytes_round_trip() {
         assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "ours {a} vs candle {b}");
     }
     assert!(Q8Matrix::from_ggml_bytes(&bytes[1..], n_out, n_in).is_none());
+}
+
+/// A 4-bit matrix that keeps only its tile layout (as the model's layers do) gives the full
+/// matrix's results bit for bit for any number of rows, reads back the same rows and the same
+/// portable results, holds about half the bytes, and has no rows to select; Q4_0 and Q4_1.
+#[test]
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn a_matrix_without_its_row_layout_gives_the_same_results() {
+    if !(amx::available() || amx::vnni_tiles()) {
+        eprintln!("no tile layout here: nothing to drop");
+        return;
+    }
+    for (n_out, n_in, min) in [(64, 576, true), (48, 1536, false), (32, 64, true)] {
+        let bytes = if min { q4_1_bytes(n_out, n_in, 51) } else { q4_0_bytes(n_out, n_in, 51) };
+        let full = Q4Matrix::from_ggml_bytes(&bytes, n_out, n_in, min).unwrap();
+        let mut compact = full.clone();
+        compact.drop_row_layout();
+        assert!(compact.tiles_only() && !full.tiles_only());
+        assert!(compact.bytes() * 10 < full.bytes() * 6, "{} vs {} bytes", compact.bytes(), full.bytes());
+        for n_rows in [1, 2, 5, 9, 16, 17] {
+            let x = pseudo_random(n_rows * n_in, 52 + n_rows as u64);
+            let (a, b) = (full.matmul(&x, n_rows), compact.matmul(&x, n_rows));
+            assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()), "{n_out}x{n_in}, {n_rows} rows");
+        }
+        let xq = quantize_rows(&pseudo_random(3 * n_in, 53), 3, n_in);
+        let (mut a, mut b) = (vec![0f32; n_out * 3], vec![0f32; n_out * 3]);
+        full.rows_portable(0..n_out, &xq, &mut a);
+        compact.rows_portable(0..n_out, &xq, &mut b);
+        assert_eq!(a, b, "portable results from the tiles");
+        let (mut ra, mut rb) = (vec![0f32; n_in], vec![0f32; n_in]);
+        for o in [0, n_out / 2, n_out - 1] {
+            full.row_f32(o, &mut ra);
+            compact.row_f32(o, &mut rb);
+            assert_eq!(ra, rb, "row {o} read back from the tiles");
+        }
+        assert!(compact.select_rows(&[0, 1]).is_none());
+    }
+    // A matrix with a partial group keeps its row layout.
+    let mut odd = Q4Matrix::from_ggml_bytes(&q4_1_bytes(20, 576, 54), 20, 576, true).unwrap();
+    odd.drop_row_layout();
+    assert!(!odd.tiles_only());
 }

@@ -370,13 +370,20 @@ impl TensorReader<'_> {
             };
             plan.linear(r.read(&format!("{p}.{name}.weight"))?, bias)
         };
+        let mut qkv =
+            Projections::new(vec![matrix(self, "attn_q")?, matrix(self, "attn_k")?, matrix(self, "attn_v")?])?;
+        let mut gate_up = Projections::new(vec![matrix(self, "ffn_gate")?, matrix(self, "ffn_up")?])?;
+        let (mut wo, mut w_down) = (matrix(self, "attn_output")?, matrix(self, "ffn_down")?);
+        for l in qkv.linears_mut().chain(gate_up.linears_mut()).chain([&mut wo, &mut w_down]) {
+            l.drop_row_layout();
+        }
         Ok(Layer {
             attn_norm: self.vector(&format!("{p}.attn_norm.weight"))?,
-            qkv: Projections::new(vec![matrix(self, "attn_q")?, matrix(self, "attn_k")?, matrix(self, "attn_v")?])?,
-            wo: matrix(self, "attn_output")?,
+            qkv,
+            wo,
             ffn_norm: self.vector(&format!("{p}.ffn_norm.weight"))?,
-            gate_up: Projections::new(vec![matrix(self, "ffn_gate")?, matrix(self, "ffn_up")?])?,
-            w_down: matrix(self, "ffn_down")?,
+            gate_up,
+            w_down,
         })
     }
 
