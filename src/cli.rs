@@ -31,7 +31,7 @@ pub struct ModelArgs {
     /// CPU threads (default: all physical cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Matrix kernels, to compare paths: auto, candle (candle's matmul), avx2, vnni256, noamx
+    /// Matrix kernels, to compare paths: auto, candle (candle's matmul), avx2, vnni256, noamx, notiles
     /// (default: auto, or $MENTOR_LAB_KERNEL).
     #[arg(long)]
     pub kernel: Option<KernelPath>,

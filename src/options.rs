@@ -19,8 +19,10 @@ pub enum KernelPath {
     Avx2,
     /// AVX-512 VNNI at 256 bits (no 512-bit vectors, no AMX).
     Vnni256,
-    /// Everything but the tile layouts (AMX's, and the 4-bit tiles the 512-bit VNNI path reads).
+    /// Everything but AMX (the 4-bit matrices' tile layout still runs, on `vpdpbusd`).
     NoAmx,
+    /// Only the row kernels: no tile layout at all (neither AMX nor the 4-bit tiles on VNNI).
+    NoTiles,
 }
 
 impl std::str::FromStr for KernelPath {
@@ -32,7 +34,8 @@ impl std::str::FromStr for KernelPath {
             "avx2" => Ok(KernelPath::Avx2),
             "vnni256" => Ok(KernelPath::Vnni256),
             "noamx" => Ok(KernelPath::NoAmx),
-            other => Err(format!("unknown kernel path `{other}`: use auto, candle, avx2, vnni256 or noamx")),
+            "notiles" => Ok(KernelPath::NoTiles),
+            other => Err(format!("unknown kernel path `{other}`: use auto, candle, avx2, vnni256, noamx or notiles")),
         }
     }
 }

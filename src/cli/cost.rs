@@ -84,7 +84,7 @@ fn print_memory(m: &LoadedModel) {
         0 => String::new(),
         t => {
             format!(
-                " (of which {:.0} MB tile layouts for multi-row products; `--kernel noamx` holds none)",
+                " (of which {:.0} MB tile layouts beside the row layout; `--kernel notiles` holds none)",
                 mb(t as f64)
             )
         }

@@ -25,6 +25,7 @@
 //! verify pass reads (`cost`: 4 tokens 1.52x → 1.75x a step).
 
 use super::{chunks, concat, Q8Rows, BLOCK};
+use crate::options::KernelPath;
 use half::f16;
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -62,7 +63,8 @@ const AHEAD: usize = 8;
 const RING: usize = 16;
 /// Bytes of one group's block as stored: two weights per byte.
 const PACKED_BYTES: usize = TILE_BYTES / 2;
-/// The fewest activation rows for which a 4-bit matrix `n_in` wide takes this path. Single
+/// The fewest activation rows for which a 4-bit matrix `n_in` wide takes AMX (fewer take
+/// `vpdpbusd` over the same tiles, [`AmxTiles::rows_vnni`]). Measured against the row kernel: single
 /// thread, best of 4 alternating runs of 300 (`MENTOR_LAB_KERNEL=noamx` for the other), AMX
 /// against 512-bit VNNI: 576 wide (1536, 3072 and 576 outputs) 0.97–1.04x the time at 1 row,
 /// 0.88–0.91x at 2, 0.54–0.60x at 4, 0.32–0.35x at 16; 1536 wide (576 outputs) 1.27x at 2
@@ -108,22 +110,23 @@ pub(super) struct AmxTiles {
 }
 
 /// Whether this process can run the AMX path: the CPU has AMX-TILE and AMX-INT8, the 512-bit
-/// VNNI kernels are on (so the `vnni256` and `avx2` kernel paths turn AMX off too, and `noamx` alone),
+/// VNNI kernels are on (so the `vnni256` and `avx2` kernel paths turn AMX off too, and `noamx` and
+/// `notiles` alone),
 /// and Linux granted the tile state (it does only on request, per process).
 pub(super) fn available() -> bool {
     static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OK.get_or_init(|| {
         super::use_vnni512()
-            && crate::options::current().kernel != crate::options::KernelPath::NoAmx
+            && !matches!(crate::options::current().kernel, KernelPath::NoAmx | KernelPath::NoTiles)
             && cpu_has_amx_int8()
             && request_tile_state()
     })
 }
 
 /// Whether 4-bit matrices get the tile layout for [`AmxTiles::rows_vnni`]: the 512-bit VNNI
-/// kernels are on and the kernel path keeps tiles.
+/// kernels are on and the kernel path keeps tiles (all but `notiles`).
 pub(super) fn vnni_tiles() -> bool {
-    super::use_vnni512() && crate::options::current().kernel != crate::options::KernelPath::NoAmx
+    super::use_vnni512() && crate::options::current().kernel != KernelPath::NoTiles
 }
 
 fn cpu_has_amx_int8() -> bool {
@@ -318,7 +321,7 @@ impl AmxTiles {
         y: *mut f32,
         n_out: usize,
     ) -> usize {
-        if !self.takes_amx(xq.n_rows, n_in) {
+        if !self.signed && !self.takes_amx(xq.n_rows, n_in) {
             return self.rows_vnni(n_in, outs, xq, y, n_out);
         }
         if self.signed {
