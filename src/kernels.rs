@@ -34,6 +34,9 @@ mod amx {
         pub(super) fn from_q8(_: usize, _: usize, _: &[f32], _: impl Fn(usize) -> Vec<i8>) -> Option<AmxTiles> {
             None
         }
+        pub(super) fn from_k4(_: usize, _: usize, _: impl Fn(usize) -> Vec<u8>, _: &super::Scales) -> Option<AmxTiles> {
+            None
+        }
         pub(super) fn stack(_: &[Option<&AmxTiles>], _: &[usize]) -> Option<AmxTiles> {
             None
         }

@@ -24,7 +24,7 @@
 //! multiplies measured ~2x slower), and keeping the weights unpacked instead doubles the bytes a
 //! verify pass reads (`cost`: 4 tokens 1.52x → 1.75x a step).
 
-use super::{chunks, concat, Q8Rows, BLOCK};
+use super::{chunks, concat, Q8Rows, BLOCK, GROUP_BLOCKS};
 use crate::options::KernelPath;
 use half::f16;
 use std::arch::asm;
@@ -105,8 +105,20 @@ pub(super) struct AmxTiles {
     dm: Vec<f16>,
     /// Q4_0's m = offset · d, computed as the row kernels compute it.
     offset: Option<f32>,
+    /// Q4_K: the super-blocks' scales instead of `dm`.
+    sup: Option<SuperScales>,
     /// The accumulator lane of each block: its place in its chunk.
     lanes: Vec<u8>,
+}
+
+/// Q4_K's scales in tile order: a block's d is its super-block's d times its 6-bit scale, its m
+/// minus the super-block's dmin times its 6-bit min, computed as the row kernels compute them.
+#[derive(Debug, Clone)]
+struct SuperScales {
+    d: Vec<f32>,    // (group, super-block, 16)
+    dmin: Vec<f32>, // (group, super-block, 16)
+    sc: Vec<u8>,    // (group, block, 16)
+    mn: Vec<u8>,    // (group, block, 16)
 }
 
 /// Whether this process can run the AMX path: the CPU has AMX-TILE and AMX-INT8, the 512-bit
@@ -175,6 +187,7 @@ impl AmxTiles {
             d: Vec::new(),
             dm: Vec::with_capacity(groups * nb * TILE_OUTS * if offset.is_some() { 1 } else { 2 }),
             offset,
+            sup: None,
             lanes: lanes(nb),
         };
         // A block's f16 d at its start, then (Q4_1) its f16 m.
@@ -196,9 +209,56 @@ impl AmxTiles {
         Some(out)
     }
 
+    /// From a Q4_K matrix's quants (`quants_row(o)`: output o's, 0..15, in plain order) and its
+    /// super-block scales; `None` where no tile path runs or there is no whole group.
+    pub(super) fn from_k4(
+        n_out: usize,
+        n_in: usize,
+        quants_row: impl Fn(usize) -> Vec<u8>,
+        scales: &super::Scales,
+    ) -> Option<AmxTiles> {
+        let super::Scales::Super { d, dmin, sc, mn } = scales else { return None };
+        let (groups, nb) = (n_out / TILE_OUTS, n_in / BLOCK);
+        let ns = nb / GROUP_BLOCKS;
+        if !(available() || vnni_tiles()) || groups == 0 || nb == 0 {
+            return None;
+        }
+        let mut weights = vec![0u8; groups * nb * PACKED_BYTES];
+        let mut sup = SuperScales { d: Vec::new(), dmin: Vec::new(), sc: Vec::new(), mn: Vec::new() };
+        for g in 0..groups {
+            let rows: Vec<Vec<u8>> = (0..TILE_OUTS).map(|n| quants_row(g * TILE_OUTS + n)).collect();
+            for b in 0..nb {
+                let tile = &mut weights[(g * nb + b) * PACKED_BYTES..][..PACKED_BYTES];
+                for (p, byte) in tile.iter_mut().enumerate() {
+                    // As a GGML 4-bit block stores them: weight k in the low nibble, k + 16 in the high.
+                    let (q, k) = (&rows[p % 64 / 4], b * BLOCK + 4 * (p / 64) + p % 4);
+                    *byte = q[k] | (q[k + 16] << 4);
+                }
+                let at = |n: usize| (g * TILE_OUTS + n) * nb + b;
+                sup.sc.extend((0..TILE_OUTS).map(|n| sc[at(n)]));
+                sup.mn.extend((0..TILE_OUTS).map(|n| mn[at(n)]));
+            }
+            for s in 0..ns {
+                sup.d.extend((0..TILE_OUTS).map(|n| d[(g * TILE_OUTS + n) * ns + s]));
+                sup.dmin.extend((0..TILE_OUTS).map(|n| dmin[(g * TILE_OUTS + n) * ns + s]));
+            }
+        }
+        Some(AmxTiles {
+            groups,
+            signed: false,
+            weights,
+            d: Vec::new(),
+            dm: Vec::new(),
+            offset: None,
+            sup: Some(sup),
+            lanes: lanes(nb),
+        })
+    }
+
     /// Bytes this layout holds.
     pub(super) fn bytes(&self) -> usize {
-        self.weights.len() + 4 * self.d.len() + 2 * self.dm.len() + self.lanes.len()
+        let sup = self.sup.as_ref().map_or(0, |p| 4 * (p.d.len() + p.dmin.len()) + p.sc.len() + p.mn.len());
+        self.weights.len() + 4 * self.d.len() + 2 * self.dm.len() + sup + self.lanes.len()
     }
 
     /// The fewest activation rows for which this matrix (`n_in` wide) takes the tiles.
@@ -225,7 +285,13 @@ impl AmxTiles {
 
     /// 4-bit: output `o`'s d and m of block `b` (of `nb`), as the row kernels compute them.
     pub(super) fn d_m_of(&self, o: usize, b: usize, nb: usize) -> (f32, f32) {
-        let at = (o / TILE_OUTS * nb + b) * self.dm_stride() + o % TILE_OUTS;
+        let (g, n) = (o / TILE_OUTS, o % TILE_OUTS);
+        if let Some(p) = &self.sup {
+            let (ns, s) = (nb / GROUP_BLOCKS, b / GROUP_BLOCKS);
+            let (at, at_s) = ((g * nb + b) * TILE_OUTS + n, (g * ns + s) * TILE_OUTS + n);
+            return (p.d[at_s] * p.sc[at] as f32, -p.dmin[at_s] * p.mn[at] as f32);
+        }
+        let at = (g * nb + b) * self.dm_stride() + n;
         let d = self.dm[at].to_f32();
         match self.offset {
             Some(offset) => (d, offset * d),
@@ -265,6 +331,7 @@ impl AmxTiles {
             d: Vec::new(),
             dm: Vec::new(),
             offset: None,
+            sup: None,
             lanes: lanes(nb),
         };
         for g in 0..groups {
@@ -291,6 +358,7 @@ impl AmxTiles {
                     || p.lanes != parts[0].lanes
                     || p.signed != parts[0].signed
                     || p.offset != parts[0].offset
+                    || p.sup.is_some() != parts[0].sup.is_some()
             })
         {
             return None;
@@ -302,6 +370,15 @@ impl AmxTiles {
             d: concat(parts.iter().map(|p| &p.d[..])),
             dm: concat(parts.iter().map(|p| &p.dm[..])),
             offset: parts[0].offset,
+            sup: parts[0].sup.as_ref().map(|_| {
+                let sups: Vec<&SuperScales> = parts.iter().filter_map(|p| p.sup.as_ref()).collect();
+                SuperScales {
+                    d: concat(sups.iter().map(|p| &p.d[..])),
+                    dmin: concat(sups.iter().map(|p| &p.dmin[..])),
+                    sc: concat(sups.iter().map(|p| &p.sc[..])),
+                    mn: concat(sups.iter().map(|p| &p.mn[..])),
+                }
+            }),
             lanes: parts[0].lanes.clone(),
         })
     }
@@ -421,7 +498,7 @@ impl AmxTiles {
                         }
                         let ahead = super::PREFETCH_BYTES / PACKED_BYTES * self.dm_stride() * 2;
                         super::prefetch_ahead(
-                            self.dm.as_ptr().add((g * nb + b) * self.dm_stride()) as *const u8,
+                            self.dm.as_ptr().wrapping_add((g * nb + b) * self.dm_stride()) as *const u8,
                             ahead,
                         );
                         // Tile row t: weights 4t..4t + 3 of each of the 16 outputs.
@@ -472,6 +549,19 @@ impl AmxTiles {
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
     #[inline]
     unsafe fn d_m(&self, gb: usize) -> (__m512, __m512) {
+        if let Some(p) = &self.sup {
+            // `ScaleSrc::lanes`' products: d_s · sc and (−dmin_s) · mn.
+            let nb = self.lanes.len();
+            let s = gb / nb * (nb / GROUP_BLOCKS) + gb % nb / GROUP_BLOCKS;
+            let bytes = |v: &[u8]| {
+                let x = _mm_loadu_si128(v.as_ptr().add(gb * TILE_OUTS) as *const __m128i);
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(x))
+            };
+            let d = _mm512_loadu_ps(p.d.as_ptr().add(s * TILE_OUTS));
+            let dmin = _mm512_loadu_ps(p.dmin.as_ptr().add(s * TILE_OUTS));
+            let neg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin), _mm512_set1_epi32(i32::MIN)));
+            return (_mm512_mul_ps(d, bytes(&p.sc)), _mm512_mul_ps(neg, bytes(&p.mn)));
+        }
         let at = self.dm.as_ptr().add(gb * self.dm_stride());
         let d = _mm512_cvtph_ps(_mm256_loadu_si256(at as *const __m256i));
         let m = match self.offset {

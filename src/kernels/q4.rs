@@ -168,7 +168,11 @@ impl Q4Matrix {
             rows.pack(o, &plain);
         }
         let (nibbles, high) = rows.finish();
-        Some(Q4Matrix { n_out, n_in, scales: Scales::Super { d, dmin, sc, mn }, nibbles, high, amx: None })
+        let mut m = Q4Matrix { n_out, n_in, scales: Scales::Super { d, dmin, sc, mn }, nibbles, high, amx: None };
+        if !five {
+            m.amx = amx::AmxTiles::from_k4(n_out, n_in, |o| m.quants_row(o), &m.scales);
+        }
+        Some(m)
     }
 
     /// Bytes held (the AMX copy included).

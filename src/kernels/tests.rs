@@ -179,7 +179,7 @@ fn assert_tiles_give(tiles: &amx::AmxTiles, xq: &mut Q8Rows, vnni: &[f32], n_out
 /// Where this process runs the 512-bit VNNI kernels, the tile path (AMX where the CPU has it,
 /// else the tiles' 16-output blocks with `vpdpbusd`) gives the row kernel's results bit for bit,
 /// for any number of rows (one tile of up to 16, or several), for whole groups of 16 outputs (the
-/// rest go to the row kernel), for the chunk shapes of every width, and for Q4_0 as for Q4_1.
+/// rest go to the row kernel), for the chunk shapes of every width, and for Q4_0, Q4_1 and Q4_K.
 /// Q8_0 has tiles only with AMX.
 #[test]
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -204,6 +204,21 @@ fn tiles_equal_the_vnni_kernel() {
             // SAFETY: tiles exist only with the 512-bit VNNI kernels (AVX-512 VNNI, F, BW and VL).
             unsafe { q4.rows_vnni512(0..n_out, &xq, &mut vnni) };
             assert_tiles_give(tiles, &mut xq, &vnni, n_out, n_in, if min { "q4_1" } else { "q4_0" });
+        }
+    }
+    // Q4_K: the blocks' d and m from the super-blocks' scales, as the row kernel computes them.
+    for (n_out, n_in) in [(32, 256), (48, 1536), (16, 512)] {
+        let q4k =
+            Q4Matrix::from_q4k_bytes(&ggml_bytes(n_out, n_in, 35, candle_core::quantized::GgmlDType::Q4K), n_out, n_in)
+                .unwrap();
+        let tiles = q4k.amx.as_ref().expect("a tile layout for Q4_K where 512-bit VNNI runs");
+        for n_rows in [1, 2, 3, 5, 9, 16, 17] {
+            let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 36 + n_rows as u64), n_rows, n_in);
+            xq.fill_pairs_for_wide();
+            let mut vnni = vec![0f32; n_out * n_rows];
+            // SAFETY: as above.
+            unsafe { q4k.rows_vnni512(0..n_out, &xq, &mut vnni) };
+            assert_tiles_give(tiles, &mut xq, &vnni, n_out, n_in, "q4_k");
         }
     }
     // Stacked parts keep their tiles; a part with a partial group leaves the stack without.
@@ -421,7 +436,7 @@ fn ggml_bytes_round_trip() {
 
 /// A 4-bit matrix that keeps only its tile layout (as the model's layers do) gives the full
 /// matrix's results bit for bit for any number of rows, reads back the same rows and the same
-/// portable results, holds about half the bytes, and has no rows to select; Q4_0 and Q4_1.
+/// portable results, holds about half the bytes, and has no rows to select; Q4_0, Q4_1, Q4_K.
 #[test]
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn a_matrix_without_its_row_layout_gives_the_same_results() {
@@ -429,9 +444,14 @@ fn a_matrix_without_its_row_layout_gives_the_same_results() {
         eprintln!("no tile layout here: nothing to drop");
         return;
     }
-    for (n_out, n_in, min) in [(64, 576, true), (48, 1536, false), (32, 64, true)] {
-        let bytes = if min { q4_1_bytes(n_out, n_in, 51) } else { q4_0_bytes(n_out, n_in, 51) };
-        let full = Q4Matrix::from_ggml_bytes(&bytes, n_out, n_in, min).unwrap();
+    use candle_core::quantized::GgmlDType;
+    for (n_out, n_in, dtype) in [(64, 576, GgmlDType::Q4_1), (48, 1536, GgmlDType::Q4_0), (32, 512, GgmlDType::Q4K)] {
+        let bytes = ggml_bytes(n_out, n_in, 51, dtype);
+        let full = match dtype {
+            GgmlDType::Q4K => Q4Matrix::from_q4k_bytes(&bytes, n_out, n_in),
+            _ => Q4Matrix::from_ggml_bytes(&bytes, n_out, n_in, dtype == GgmlDType::Q4_1),
+        }
+        .unwrap();
         let mut compact = full.clone();
         compact.drop_row_layout();
         assert!(compact.tiles_only() && !full.tiles_only());
