@@ -387,8 +387,9 @@ impl AmxTiles {
     /// written into `y` (row-major, `n_out` wide); returns how many outputs it did (0 where `outs`
     /// does not start a group).
     ///
-    /// Safety: [`available`] is true (AVX-512 F and BW with it); `y` holds `xq.n_rows · n_out`
-    /// floats, and nothing else writes these outputs' columns meanwhile.
+    /// Safety: the layout exists, so the 512-bit VNNI kernels run (AVX-512 F, BW and VNNI), and
+    /// AMX is [`available`] where [`AmxTiles::takes_amx`] says the call takes it; `y` holds
+    /// `xq.n_rows · n_out` floats, and nothing else writes these outputs' columns meanwhile.
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
     pub(super) unsafe fn rows(
         &self,

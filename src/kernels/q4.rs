@@ -668,7 +668,8 @@ impl RowKernel for Q4Matrix {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
         match tiles_for(&self.amx, xq.n_rows, self.n_in) {
-            // SAFETY: the layout exists only where `amx::available()`; the rest is the caller's.
+            // SAFETY: the layout exists only where the 512-bit VNNI kernels (and, for the calls
+            // it takes, AMX) run; the rest is the caller's.
             Some(tiles) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
             None => 0,
         }
