@@ -419,14 +419,7 @@ impl AmxTiles {
         y: *mut f32,
         n_out: usize,
     ) -> usize {
-        if !outs.start.is_multiple_of(TILE_OUTS) {
-            return 0;
-        }
-        let (g0, g1) = (outs.start / TILE_OUTS, (outs.end / TILE_OUTS).min(self.groups));
-        let nb = n_in / BLOCK;
-        if g1 <= g0 || xq.n_rows == 0 || nb == 0 {
-            return 0;
-        }
+        let Some((g0, g1, nb)) = self.whole_groups(&outs, n_in, xq.n_rows) else { return 0 };
         let pairs = xq.tile_pairs.len() == xq.n_rows * n_in * 2 && xq.n_rows <= MAX_PAIR_ROWS && nb.is_multiple_of(2);
         SCRATCH.with_borrow_mut(|work| {
             let ring = work.ring.as_mut_ptr() as *mut u8;
@@ -474,14 +467,10 @@ impl AmxTiles {
         y: *mut f32,
         n_out: usize,
     ) -> usize {
-        if self.signed || !outs.start.is_multiple_of(TILE_OUTS) {
+        if self.signed {
             return 0;
         }
-        let (g0, g1) = (outs.start / TILE_OUTS, (outs.end / TILE_OUTS).min(self.groups));
-        let nb = n_in / BLOCK;
-        if g1 <= g0 || xq.n_rows == 0 || nb == 0 {
-            return 0;
-        }
+        let Some((g0, g1, nb)) = self.whole_groups(&outs, n_in, xq.n_rows) else { return 0 };
         SCRATCH.with_borrow_mut(|work| {
             let acc = &mut work.acc;
             let mask = _mm512_set1_epi8(0x0F);
@@ -526,10 +515,7 @@ impl AmxTiles {
                         }
                     }
                     for (r, a) in acc.iter().enumerate().take(rows) {
-                        // `hsum256`'s order, as in [`AmxTiles::group`].
-                        let even = _mm512_add_ps(_mm512_add_ps(a[4], a[0]), _mm512_add_ps(a[6], a[2]));
-                        let odd = _mm512_add_ps(_mm512_add_ps(a[5], a[1]), _mm512_add_ps(a[7], a[3]));
-                        _mm512_storeu_ps(y.add((r0 + r) * n_out + g * TILE_OUTS), _mm512_add_ps(even, odd));
+                        store_lanes(a, y.add((r0 + r) * n_out + g * TILE_OUTS));
                     }
                 }
             }
@@ -570,6 +556,14 @@ impl AmxTiles {
             None => _mm512_cvtph_ps(_mm256_loadu_si256(at.add(TILE_OUTS) as *const __m256i)),
         };
         (d, m)
+    }
+
+    /// The whole groups of 16 outputs a call over `outs` does, and the blocks per row: none where
+    /// `outs` does not start a group, or there is nothing to do.
+    fn whole_groups(&self, outs: &std::ops::Range<usize>, n_in: usize, n_rows: usize) -> Option<(usize, usize, usize)> {
+        let (g0, g1) = (outs.start / TILE_OUTS, (outs.end / TILE_OUTS).min(self.groups));
+        let nb = n_in / BLOCK;
+        (outs.start.is_multiple_of(TILE_OUTS) && g1 > g0 && n_rows > 0 && nb > 0).then_some((g0, g1, nb))
     }
 
     /// Block `gb % nb` of group `gb / nb` as stored.
@@ -647,10 +641,7 @@ impl AmxTiles {
             }
         }
         for (r, a) in acc.iter().enumerate().take(rows) {
-            // `hsum256`'s order: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
-            let even = _mm512_add_ps(_mm512_add_ps(a[4], a[0]), _mm512_add_ps(a[6], a[2]));
-            let odd = _mm512_add_ps(_mm512_add_ps(a[5], a[1]), _mm512_add_ps(a[7], a[3]));
-            _mm512_storeu_ps(y.add((r0 + r) * n_out + g * TILE_OUTS), _mm512_add_ps(even, odd));
+            store_lanes(a, y.add((r0 + r) * n_out + g * TILE_OUTS));
         }
     }
 
@@ -713,6 +704,16 @@ unsafe fn scale_rows<const N: usize>(
         *a = _mm512_fmadd_ps(m, _mm512_set1_ps(*ms.add(j * nb)), scaled);
     }
     N
+}
+
+/// A row's 16 outputs from its 8 lane accumulators, added in `hsum256`'s order
+/// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), stored at `y`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn store_lanes(a: &[__m512; 8], y: *mut f32) {
+    let even = _mm512_add_ps(_mm512_add_ps(a[4], a[0]), _mm512_add_ps(a[6], a[2]));
+    let odd = _mm512_add_ps(_mm512_add_ps(a[5], a[1]), _mm512_add_ps(a[7], a[3]));
+    _mm512_storeu_ps(y, _mm512_add_ps(even, odd));
 }
 
 /// Each block's lane in its chunk.
