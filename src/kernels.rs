@@ -34,7 +34,13 @@ mod amx {
         pub(super) fn from_q8(_: usize, _: usize, _: &[f32], _: impl Fn(usize) -> Vec<i8>) -> Option<AmxTiles> {
             None
         }
-        pub(super) fn from_k4(_: usize, _: usize, _: impl Fn(usize) -> Vec<u8>, _: &super::Scales) -> Option<AmxTiles> {
+        pub(super) fn from_quants(
+            _: usize,
+            _: usize,
+            _: impl Fn(usize) -> Vec<u8>,
+            _: &super::Scales,
+            _: bool,
+        ) -> Option<AmxTiles> {
             None
         }
         pub(super) fn stack(_: &[Option<&AmxTiles>], _: &[usize]) -> Option<AmxTiles> {
@@ -43,6 +49,9 @@ mod amx {
         pub(super) fn bytes(&self) -> usize {
             0
         }
+    }
+    pub(super) fn vnni_tiles() -> bool {
+        false
     }
 }
 
@@ -72,8 +81,8 @@ impl Q4Matrix {
     /// can then no longer be selected ([`Q4Matrix::select_rows`] gives `None`).
     pub fn drop_row_layout(&mut self) {
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-        if self.amx.as_ref().is_some_and(|t| t.covers(self.n_out)) && !self.is_five_bit() {
-            self.nibbles = Vec::new();
+        if self.amx.as_ref().is_some_and(|t| t.covers(self.n_out)) {
+            (self.nibbles, self.high) = (Vec::new(), Vec::new());
             // The tiles hold the blocks' d and m too.
             self.scales = Scales::Centered { d: Vec::new(), offset: 0.0 };
         }
@@ -435,6 +444,7 @@ mod layout;
 mod q4;
 mod q4_scales;
 mod q5;
+mod q6_tiles;
 mod q6k;
 mod q8;
 use activations::*;

@@ -75,10 +75,18 @@ impl Linear {
     /// A 4-bit matrix keeps only its tile layout where that runs every call
     /// ([`Q4Matrix::drop_row_layout`]); layers' matrices, whose rows are never selected.
     fn drop_row_layout(&mut self) {
-        if let Weights::BatchedQ4(m) = &mut self.w {
-            if let Some(m) = std::sync::Arc::get_mut(m) {
-                m.drop_row_layout();
+        match &mut self.w {
+            Weights::BatchedQ4(m) => {
+                if let Some(m) = std::sync::Arc::get_mut(m) {
+                    m.drop_row_layout();
+                }
             }
+            Weights::BatchedQ6(m) => {
+                if let Some(m) = std::sync::Arc::get_mut(m) {
+                    m.drop_row_layout();
+                }
+            }
+            _ => {}
         }
     }
 
@@ -98,6 +106,7 @@ impl Linear {
         match &self.w {
             Weights::BatchedQ8(m) => m.tile_bytes(),
             Weights::BatchedQ4(m) => m.tile_bytes(),
+            Weights::BatchedQ6(m) => m.tile_bytes(),
             _ => 0,
         }
     }

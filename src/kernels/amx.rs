@@ -63,6 +63,8 @@ const AHEAD: usize = 8;
 const RING: usize = 16;
 /// Bytes of one group's block as stored: two weights per byte.
 const PACKED_BYTES: usize = TILE_BYTES / 2;
+/// Bytes of one group's block of fifth bits (5-bit formats).
+const FIFTH_BYTES: usize = TILE_BYTES / 8;
 /// The fewest activation rows for which a 4-bit matrix `n_in` wide takes AMX (fewer take
 /// `vpdpbusd` over the same tiles, [`AmxTiles::rows_vnni`]). Measured against the row kernel: single
 /// thread, best of 4 alternating runs of 300 (`MENTOR_LAB_KERNEL=noamx` for the other), AMX
@@ -105,8 +107,11 @@ pub(super) struct AmxTiles {
     dm: Vec<f16>,
     /// Q4_0's m = offset · d, computed as the row kernels compute it.
     offset: Option<f32>,
-    /// Q4_K: the super-blocks' scales instead of `dm`.
+    /// Q4_K and Q5_K: the super-blocks' scales instead of `dm`.
     sup: Option<SuperScales>,
+    /// The 5-bit formats: per group and block 64 bytes, bit t of byte p the fifth bit of the
+    /// weight tile's row t, byte p (empty for 4-bit weights). Only `vpdpbusd` runs these.
+    fifth: Vec<u8>,
     /// The accumulator lane of each block: its place in its chunk.
     lanes: Vec<u8>,
 }
@@ -188,6 +193,7 @@ impl AmxTiles {
             dm: Vec::with_capacity(groups * nb * TILE_OUTS * if offset.is_some() { 1 } else { 2 }),
             offset,
             sup: None,
+            fifth: Vec::new(),
             lanes: lanes(nb),
         };
         // A block's f16 d at its start, then (Q4_1) its f16 m.
@@ -209,56 +215,80 @@ impl AmxTiles {
         Some(out)
     }
 
-    /// From a Q4_K matrix's quants (`quants_row(o)`: output o's, 0..15, in plain order) and its
-    /// super-block scales; `None` where no tile path runs or there is no whole group.
-    pub(super) fn from_k4(
+    /// From a 4- or 5-bit matrix's quants (`quants_row(o)`: output o's, 0..15 or, `five`, 0..31,
+    /// in plain order) and its scales; `None` where no tile path runs or there is no whole group.
+    pub(super) fn from_quants(
         n_out: usize,
         n_in: usize,
         quants_row: impl Fn(usize) -> Vec<u8>,
         scales: &super::Scales,
+        five: bool,
     ) -> Option<AmxTiles> {
-        let super::Scales::Super { d, dmin, sc, mn } = scales else { return None };
         let (groups, nb) = (n_out / TILE_OUTS, n_in / BLOCK);
         let ns = nb / GROUP_BLOCKS;
         if !(available() || vnni_tiles()) || groups == 0 || nb == 0 {
             return None;
         }
-        let mut weights = vec![0u8; groups * nb * PACKED_BYTES];
+        let mut t = AmxTiles {
+            groups,
+            signed: false,
+            weights: vec![0u8; groups * nb * PACKED_BYTES],
+            d: Vec::new(),
+            dm: Vec::new(),
+            offset: None,
+            sup: None,
+            fifth: if five { vec![0u8; groups * nb * FIFTH_BYTES] } else { Vec::new() },
+            lanes: lanes(nb),
+        };
         let mut sup = SuperScales { d: Vec::new(), dmin: Vec::new(), sc: Vec::new(), mn: Vec::new() };
         for g in 0..groups {
             let rows: Vec<Vec<u8>> = (0..TILE_OUTS).map(|n| quants_row(g * TILE_OUTS + n)).collect();
             for b in 0..nb {
-                let tile = &mut weights[(g * nb + b) * PACKED_BYTES..][..PACKED_BYTES];
+                let tile = &mut t.weights[(g * nb + b) * PACKED_BYTES..][..PACKED_BYTES];
                 for (p, byte) in tile.iter_mut().enumerate() {
                     // As a GGML 4-bit block stores them: weight k in the low nibble, k + 16 in the high.
                     let (q, k) = (&rows[p % 64 / 4], b * BLOCK + 4 * (p / 64) + p % 4);
-                    *byte = q[k] | (q[k + 16] << 4);
+                    *byte = (q[k] & 0x0F) | (q[k + 16] << 4);
+                }
+                if five {
+                    let plane = &mut t.fifth[(g * nb + b) * FIFTH_BYTES..][..FIFTH_BYTES];
+                    for (p, byte) in plane.iter_mut().enumerate() {
+                        let (q, k) = (&rows[p / 4], b * BLOCK + p % 4);
+                        *byte = (0..8).fold(0, |acc, row| acc | (q[k + 4 * row] >> 4 & 1) << row);
+                    }
                 }
                 let at = |n: usize| (g * TILE_OUTS + n) * nb + b;
-                sup.sc.extend((0..TILE_OUTS).map(|n| sc[at(n)]));
-                sup.mn.extend((0..TILE_OUTS).map(|n| mn[at(n)]));
+                match scales {
+                    super::Scales::Super { sc, mn, .. } => {
+                        sup.sc.extend((0..TILE_OUTS).map(|n| sc[at(n)]));
+                        sup.mn.extend((0..TILE_OUTS).map(|n| mn[at(n)]));
+                    }
+                    super::Scales::Block { d, m } => {
+                        t.dm.extend((0..TILE_OUTS).map(|n| d[at(n)]));
+                        t.dm.extend((0..TILE_OUTS).map(|n| m[at(n)]));
+                    }
+                    super::Scales::Centered { d, .. } => t.dm.extend((0..TILE_OUTS).map(|n| d[at(n)])),
+                }
             }
-            for s in 0..ns {
-                sup.d.extend((0..TILE_OUTS).map(|n| d[(g * TILE_OUTS + n) * ns + s]));
-                sup.dmin.extend((0..TILE_OUTS).map(|n| dmin[(g * TILE_OUTS + n) * ns + s]));
+            if let super::Scales::Super { d, dmin, .. } = scales {
+                for s in 0..ns {
+                    sup.d.extend((0..TILE_OUTS).map(|n| d[(g * TILE_OUTS + n) * ns + s]));
+                    sup.dmin.extend((0..TILE_OUTS).map(|n| dmin[(g * TILE_OUTS + n) * ns + s]));
+                }
             }
         }
-        Some(AmxTiles {
-            groups,
-            signed: false,
-            weights,
-            d: Vec::new(),
-            dm: Vec::new(),
-            offset: None,
-            sup: Some(sup),
-            lanes: lanes(nb),
-        })
+        match scales {
+            super::Scales::Super { .. } => t.sup = Some(sup),
+            super::Scales::Centered { offset, .. } => t.offset = Some(*offset),
+            super::Scales::Block { .. } => {}
+        }
+        Some(t)
     }
 
     /// Bytes this layout holds.
     pub(super) fn bytes(&self) -> usize {
         let sup = self.sup.as_ref().map_or(0, |p| 4 * (p.d.len() + p.dmin.len()) + p.sc.len() + p.mn.len());
-        self.weights.len() + 4 * self.d.len() + 2 * self.dm.len() + sup + self.lanes.len()
+        self.weights.len() + 4 * self.d.len() + 2 * self.dm.len() + sup + self.fifth.len() + self.lanes.len()
     }
 
     /// The fewest activation rows for which this matrix (`n_in` wide) takes the tiles.
@@ -274,7 +304,8 @@ impl AmxTiles {
         available()
             && match self.signed {
                 true => n_rows >= min_rows_q8(self.groups * TILE_OUTS, n_in),
-                false => n_rows >= min_rows_q4(n_in),
+                // The 5-bit tiles' fifth bits are read by `vpdpbusd` alone.
+                false => self.fifth.is_empty() && n_rows >= min_rows_q4(n_in),
             }
     }
 
@@ -299,7 +330,7 @@ impl AmxTiles {
         }
     }
 
-    /// 4-bit: output `o`'s quants (0..15) in plain order, `n_in` of them.
+    /// 4- or 5-bit: output `o`'s quants (0..15 or 0..31) in plain order, `n_in` of them.
     pub(super) fn quants_row(&self, o: usize, n_in: usize) -> Vec<u8> {
         let (g, n, nb) = (o / TILE_OUTS, o % TILE_OUTS, n_in / BLOCK);
         let mut out = vec![0u8; n_in];
@@ -308,6 +339,14 @@ impl AmxTiles {
             for (p, &byte) in tile.iter().enumerate().filter(|(p, _)| p % 64 / 4 == n) {
                 let k = 4 * (p / 64) + p % 4;
                 (block[k], block[k + 16]) = (byte & 0x0F, byte >> 4);
+            }
+            if !self.fifth.is_empty() {
+                let plane = &self.fifth[(g * nb + b) * FIFTH_BYTES..][..FIFTH_BYTES];
+                for (p, &byte) in plane.iter().enumerate().filter(|(p, _)| p / 4 == n) {
+                    for row in 0..8 {
+                        block[4 * row + p % 4] |= (byte >> row & 1) << 4;
+                    }
+                }
             }
         }
         out
@@ -332,6 +371,7 @@ impl AmxTiles {
             dm: Vec::new(),
             offset: None,
             sup: None,
+            fifth: Vec::new(),
             lanes: lanes(nb),
         };
         for g in 0..groups {
@@ -359,6 +399,7 @@ impl AmxTiles {
                     || p.signed != parts[0].signed
                     || p.offset != parts[0].offset
                     || p.sup.is_some() != parts[0].sup.is_some()
+                    || p.fifth.is_empty() != parts[0].fifth.is_empty()
             })
         {
             return None;
@@ -379,6 +420,7 @@ impl AmxTiles {
                     mn: concat(sups.iter().map(|p| &p.mn[..])),
                 }
             }),
+            fifth: concat(parts.iter().map(|p| &p.fifth[..])),
             lanes: parts[0].lanes.clone(),
         })
     }
@@ -497,6 +539,9 @@ impl AmxTiles {
                             let raw = _mm512_loadu_si512(src.add(64 * i) as *const _);
                             w[i] = _mm512_and_si512(raw, mask);
                             w[4 + i] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), mask);
+                        }
+                        if !self.fifth.is_empty() {
+                            add_fifth_bits(self.fifth.as_ptr().add((g * nb + b) * FIFTH_BYTES), &mut w);
                         }
                         let (d, m) = self.d_m(g * nb + b);
                         let lane = self.lanes[b] as usize;
@@ -706,11 +751,33 @@ unsafe fn scale_rows<const N: usize>(
     N
 }
 
+/// The 5-bit weights: each tile row's fifth bits (bit t of the plane's bytes for row t) as bit 4
+/// of its quants. (Shifting 16-bit lanes by at most 4 keeps each byte's bit 4 from its own bits.)
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn add_fifth_bits(plane: *const u8, w: &mut [__m512i; 8]) {
+    super::prefetch_ahead(plane, super::PREFETCH_BYTES / 4);
+    let (bits, bit4) = (_mm512_loadu_si512(plane as *const _), _mm512_set1_epi8(0x10));
+    let at_bit4 = [
+        _mm512_slli_epi16::<4>(bits),
+        _mm512_slli_epi16::<3>(bits),
+        _mm512_slli_epi16::<2>(bits),
+        _mm512_slli_epi16::<1>(bits),
+        bits,
+        _mm512_srli_epi16::<1>(bits),
+        _mm512_srli_epi16::<2>(bits),
+        _mm512_srli_epi16::<3>(bits),
+    ];
+    for (wt, v) in w.iter_mut().zip(at_bit4) {
+        *wt = _mm512_or_si512(*wt, _mm512_and_si512(v, bit4));
+    }
+}
+
 /// A row's 16 outputs from its 8 lane accumulators, added in `hsum256`'s order
 /// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), stored at `y`.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn store_lanes(a: &[__m512; 8], y: *mut f32) {
+pub(super) unsafe fn store_lanes(a: &[__m512; 8], y: *mut f32) {
     let even = _mm512_add_ps(_mm512_add_ps(a[4], a[0]), _mm512_add_ps(a[6], a[2]));
     let odd = _mm512_add_ps(_mm512_add_ps(a[5], a[1]), _mm512_add_ps(a[7], a[3]));
     _mm512_storeu_ps(y, _mm512_add_ps(even, odd));

@@ -126,16 +126,17 @@ impl Q4Matrix {
             Some(offset) => Scales::Centered { d, offset },
             None => Scales::Block { d, m },
         };
-        let amx = match format.five() {
-            false => amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &scales),
-            true => None,
-        };
         let (nibbles, high) = rows.finish();
-        Some(Q4Matrix { n_out, n_in, scales, nibbles, high, amx })
+        let mut m = Q4Matrix { n_out, n_in, scales, nibbles, high, amx: None };
+        m.amx = match format.five() {
+            false => amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &m.scales),
+            true => amx::AmxTiles::from_quants(n_out, n_in, |o| m.quants_row(o), &m.scales, true),
+        };
+        Some(m)
     }
 
     /// Read GGML Q4_K bytes as they are: each sub-block of 32 weights has its own scale and min,
-    /// which become this layout's per-block d and m ([`Scales::Super`]). (No AMX tiles.)
+    /// which become this layout's per-block d and m ([`Scales::Super`]).
     pub fn from_q4k_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q4Matrix> {
         Self::from_k_bytes(bytes, n_out, n_in, false)
     }
@@ -169,9 +170,7 @@ impl Q4Matrix {
         }
         let (nibbles, high) = rows.finish();
         let mut m = Q4Matrix { n_out, n_in, scales: Scales::Super { d, dmin, sc, mn }, nibbles, high, amx: None };
-        if !five {
-            m.amx = amx::AmxTiles::from_k4(n_out, n_in, |o| m.quants_row(o), &m.scales);
-        }
+        m.amx = amx::AmxTiles::from_quants(n_out, n_in, |o| m.quants_row(o), &m.scales, five);
         Some(m)
     }
 

@@ -1,6 +1,7 @@
 //! Q6_K weight matrices in the file's own 6-bit quants: layout and row kernels.
 
 use super::kquants::{q6k_block, Q6K_BYTES, QK_K};
+use super::q6_tiles::Q6Tiles;
 use super::*;
 
 /// A Q6_K matrix `(n_out, n_in)`, `n_in` a multiple of 256. Per super-block of 256 weights, which
@@ -23,48 +24,121 @@ pub struct Q6Matrix {
     scales: Vec<i8>, // (n_out, n_in / 16)
     low: Vec<u8>,    // (n_out, n_in / 2)
     high: Vec<u8>,   // (n_out, n_in / 4)
+    /// The tile layout where the 512-bit VNNI kernels run: calls take it for its whole groups of
+    /// 16 outputs (see [`super::q6_tiles`]).
+    pub(super) tiles: Option<Q6Tiles>,
 }
 
 impl Q6Matrix {
-    /// Read GGML Q6_K bytes as they are.
+    /// Read GGML Q6_K bytes as they are: into the tile layout alone where it holds every output
+    /// (so the load never holds the weights twice), else into the row layout (with tiles for the
+    /// whole groups of 16 outputs).
     pub fn from_q6k_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q6Matrix> {
+        Self::read(bytes, n_out, n_in, false)
+    }
+
+    /// [`Q6Matrix::from_q6k_bytes`] with the row layout kept even where the tiles hold every
+    /// output (`rows`), for comparing the two kernels.
+    pub(super) fn read(bytes: &[u8], n_out: usize, n_in: usize, rows: bool) -> Option<Q6Matrix> {
         let ns = n_in / QK_K;
         if n_in == 0 || !n_in.is_multiple_of(QK_K) || bytes.len() != n_out.checked_mul(ns * Q6K_BYTES)? {
             return None;
         }
-        let mut m = Q6Matrix {
+        let block = |o: usize, s: usize| &bytes[(o * ns + s) * Q6K_BYTES..][..Q6K_BYTES];
+        if !rows && n_out.is_multiple_of(16) {
+            let row = |o: usize| {
+                let (mut q, mut sc) = (vec![0u8; n_in], vec![0i8; n_in / 16]);
+                for s in 0..ns {
+                    q6k_block(block(o, s), &mut sc[s * 16..][..16], &mut q[s * QK_K..][..QK_K]);
+                }
+                (q, sc)
+            };
+            let d = |o: usize, s: usize| half::f16::from_le_bytes([block(o, s)[208], block(o, s)[209]]).to_f32();
+            if let Some(tiles) = Q6Tiles::build(n_out, n_in, row, d) {
+                let mut m = Q6Matrix::zeroed(0, n_in);
+                (m.n_out, m.tiles) = (n_out, Some(tiles));
+                return Some(m);
+            }
+        }
+        let mut m = Q6Matrix::zeroed(n_out, n_in);
+        let (mut plain, mut sc, mut d) = (vec![0u8; n_in], vec![0i8; n_in / 16], vec![0f32; ns]);
+        for o in 0..n_out {
+            for (s, d) in d.iter_mut().enumerate() {
+                *d = q6k_block(block(o, s), &mut sc[s * 16..][..16], &mut plain[s * QK_K..][..QK_K]);
+            }
+            m.set_row(o, &plain, &sc, &d);
+        }
+        Some(m.with_tiles())
+    }
+
+    /// A matrix of zero weights in the row layout, for [`Q6Matrix::set_row`] to fill.
+    fn zeroed(n_out: usize, n_in: usize) -> Q6Matrix {
+        Q6Matrix {
             n_out,
             n_in,
-            d: Vec::with_capacity(n_out * ns),
+            d: vec![0.0; n_out * n_in / QK_K],
             scales: vec![0; n_out * n_in / 16],
             low: vec![0; n_out * n_in / 2],
             high: vec![0; n_out * n_in / 4],
-        };
-        let (mut plain, mut sc) = (vec![0u8; n_in], [0i8; 16]);
-        for (o, row) in bytes.chunks_exact(ns * Q6K_BYTES).enumerate() {
-            for (s, blk) in row.chunks_exact(Q6K_BYTES).enumerate() {
-                m.d.push(q6k_block(blk, &mut sc, &mut plain[s * QK_K..][..QK_K]));
-                let dst = &mut m.scales[(o * ns + s) * 16..][..16];
-                for i in 0..GROUP_BLOCKS {
-                    (dst[i], dst[GROUP_BLOCKS + i]) = (sc[2 * i], sc[2 * i + 1]);
-                }
-            }
-            let low: Vec<u8> = plain.iter().map(|q| q & 0x0F).collect();
-            pack_q4_row(&low, &mut m.low[o * n_in / 2..][..n_in / 2]);
-            let mut top: Vec<u8> = plain.iter().map(|q| q >> 4).collect();
-            interleave_row(&mut top);
-            for (chunk, dst) in top.chunks_exact(QK_K).zip(m.high[o * n_in / 4..][..n_in / 4].chunks_exact_mut(64)) {
-                for (p, byte) in dst.iter_mut().enumerate() {
-                    let (h, j) = (p / BLOCK, p % BLOCK);
-                    *byte = (0..4).fold(0, |acc, k| acc | chunk[(4 * h + k) * BLOCK + j] << (2 * k));
-                }
+            tiles: None,
+        }
+    }
+
+    /// Row `o` from its quants (0..63) in plain order, its scales in file order and its
+    /// super-blocks' d.
+    fn set_row(&mut self, o: usize, plain: &[u8], sc: &[i8], d: &[f32]) {
+        let (n_in, ns) = (self.n_in, self.n_in / QK_K);
+        self.d[o * ns..][..ns].copy_from_slice(d);
+        for (dst, src) in self.scales[o * n_in / 16..][..n_in / 16].chunks_exact_mut(16).zip(sc.chunks_exact(16)) {
+            for i in 0..GROUP_BLOCKS {
+                (dst[i], dst[GROUP_BLOCKS + i]) = (src[2 * i], src[2 * i + 1]);
             }
         }
-        Some(m)
+        let low: Vec<u8> = plain.iter().map(|q| q & 0x0F).collect();
+        pack_q4_row(&low, &mut self.low[o * n_in / 2..][..n_in / 2]);
+        let mut top: Vec<u8> = plain.iter().map(|q| q >> 4).collect();
+        interleave_row(&mut top);
+        for (chunk, dst) in top.chunks_exact(QK_K).zip(self.high[o * n_in / 4..][..n_in / 4].chunks_exact_mut(64)) {
+            for (p, byte) in dst.iter_mut().enumerate() {
+                let (h, j) = (p / BLOCK, p % BLOCK);
+                *byte = (0..4).fold(0, |acc, k| acc | chunk[(4 * h + k) * BLOCK + j] << (2 * k));
+            }
+        }
+    }
+
+    /// The same matrix with its tile layout built (where the tile kernels run).
+    fn with_tiles(mut self) -> Q6Matrix {
+        self.tiles = Q6Tiles::build(self.n_out, self.n_in, |o| self.row(o), |o, s| self.d_at(o, s));
+        self
+    }
+
+    /// Drop the row layout where the tile layout holds every output: every call then runs on the
+    /// tiles, and the weights are held once. Rows read back and selected come from the tiles.
+    pub fn drop_row_layout(&mut self) {
+        if self.tiles.as_ref().is_some_and(|t| t.covers(self.n_out)) {
+            (self.d, self.scales, self.low, self.high) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        }
+    }
+
+    /// Whether [`Q6Matrix::drop_row_layout`] dropped the row layout.
+    pub fn tiles_only(&self) -> bool {
+        self.low.is_empty() && self.n_out > 0
+    }
+
+    /// Output `o`'s d of super-block `s`, from whichever layout holds it.
+    fn d_at(&self, o: usize, s: usize) -> f32 {
+        let ns = self.n_in / QK_K;
+        match (&self.tiles, self.tiles_only()) {
+            (Some(t), true) => t.d_of(o, s, ns),
+            _ => self.d[o * ns + s],
+        }
     }
 
     /// Row `o`'s quants (0..63) in plain order and its scales in file order.
     pub(super) fn row(&self, o: usize) -> (Vec<u8>, Vec<i8>) {
+        if let (Some(t), true) = (&self.tiles, self.tiles_only()) {
+            return t.row(o, self.n_in);
+        }
         let mut q = unpack_q4_row(&self.low[o * self.n_in / 2..][..self.n_in / 2], self.n_in);
         let mut top = vec![0u8; self.n_in];
         for (chunk, src) in
@@ -99,50 +173,88 @@ impl Q6Matrix {
     pub fn dequantize_row(&self, o: usize, out: &mut [f32]) {
         let (q, scales) = self.row(o);
         for (i, (w, &q)) in out.iter_mut().zip(&q).enumerate() {
-            *w = self.d[o * self.n_in / QK_K + i / QK_K] * scales[i / 16] as f32 * (q as i32 - 32) as f32;
+            *w = self.d_at(o, i / QK_K) * scales[i / 16] as f32 * (q as i32 - 32) as f32;
         }
     }
 
-    /// Bytes held.
+    /// Bytes held (the tiles included).
     pub fn bytes(&self) -> usize {
-        4 * self.d.len() + self.scales.len() + self.low.len() + self.high.len()
+        4 * self.d.len()
+            + self.scales.len()
+            + self.low.len()
+            + self.high.len()
+            + self.tiles.as_ref().map_or(0, Q6Tiles::bytes)
+    }
+
+    /// Bytes of the tile layout where it is a second copy beside the row layout (0 where the
+    /// tiles are the only one, or there are none).
+    pub fn tile_bytes(&self) -> usize {
+        match self.tiles_only() {
+            true => 0,
+            false => self.tiles.as_ref().map_or(0, Q6Tiles::bytes),
+        }
     }
 
     pub fn matmul(&self, x: &[f32], n_rows: usize) -> Vec<f32> {
         batched_matmul(self, x, n_rows)
     }
 
-    /// The matrices' rows one after another (all with the same `n_in`), like [`Q8Matrix::stack`].
+    /// The matrices' rows one after another (all with the same `n_in`), like [`Q8Matrix::stack`]:
+    /// in the tile layout alone where every part holds only that, else in the row layout (with
+    /// tiles for the whole groups).
     pub fn stack(parts: &[&Q6Matrix]) -> Option<Q6Matrix> {
         let n_in = common_width(parts.iter().map(|m| m.n_in))?;
-        let cat = |f: &dyn Fn(&Q6Matrix) -> &[u8]| concat(parts.iter().map(|m| f(m)));
-        Some(Q6Matrix {
-            n_out: parts.iter().map(|m| m.n_out).sum(),
-            n_in,
-            d: concat(parts.iter().map(|m| &m.d[..])),
-            scales: concat(parts.iter().map(|m| &m.scales[..])),
-            low: cat(&|m| &m.low),
-            high: cat(&|m| &m.high),
-        })
+        let n_out = parts.iter().map(|m| m.n_out).sum();
+        if parts.iter().all(|m| m.tiles_only()) {
+            let tiles: Vec<&Q6Tiles> = parts.iter().filter_map(|m| m.tiles.as_ref()).collect();
+            let mut m = Q6Matrix::zeroed(0, n_in);
+            (m.n_out, m.tiles) = (n_out, Some(Q6Tiles::stack(&tiles)));
+            return Some(m);
+        }
+        let mut m = Q6Matrix::zeroed(n_out, n_in);
+        let rows = parts.iter().flat_map(|part| (0..part.n_out).map(move |o| (part, o)));
+        for (i, (part, o)) in rows.enumerate() {
+            let (q, sc) = part.row(o);
+            let d: Vec<f32> = (0..n_in / QK_K).map(|s| part.d_at(o, s)).collect();
+            m.set_row(i, &q, &sc, &d);
+        }
+        Some(m.with_tiles())
     }
 
-    /// Only the given rows, in that order, like [`Q8Matrix::select_rows`].
+    /// Only the given rows, in that order, like [`Q8Matrix::select_rows`] (from whichever layout
+    /// holds them).
     pub fn select_rows(&self, rows: &[u32]) -> Option<Q6Matrix> {
-        let n_in = self.n_in;
-        Some(Q6Matrix {
-            n_out: rows.len(),
-            n_in,
-            d: pick_rows(&self.d, rows, n_in / QK_K)?,
-            scales: pick_rows(&self.scales, rows, n_in / 16)?,
-            low: pick_rows(&self.low, rows, n_in / 2)?,
-            high: pick_rows(&self.high, rows, n_in / 4)?,
-        })
+        let (n_in, ns) = (self.n_in, self.n_in / QK_K);
+        if rows.iter().any(|&r| r as usize >= self.n_out) {
+            return None;
+        }
+        let m = if self.tiles_only() {
+            let mut m = Q6Matrix::zeroed(rows.len(), n_in);
+            for (i, &r) in rows.iter().enumerate() {
+                let (q, sc) = self.row(r as usize);
+                let d: Vec<f32> = (0..ns).map(|s| self.d_at(r as usize, s)).collect();
+                m.set_row(i, &q, &sc, &d);
+            }
+            m
+        } else {
+            Q6Matrix {
+                n_out: rows.len(),
+                n_in,
+                d: pick_rows(&self.d, rows, ns)?,
+                scales: pick_rows(&self.scales, rows, n_in / 16)?,
+                low: pick_rows(&self.low, rows, n_in / 2)?,
+                high: pick_rows(&self.high, rows, n_in / 4)?,
+                tiles: None,
+            }
+        };
+        Some(m.with_tiles())
     }
 
     pub(super) fn rows_portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         let (nb, ns) = (self.n_in / BLOCK, self.n_in / QK_K);
         for (i, o) in outs.enumerate() {
             let (q, scales) = self.row(o);
+            let d: Vec<f32> = (0..ns).map(|s| self.d_at(o, s)).collect();
             for r in 0..xq.n_rows {
                 let x = &xq.quants[r * self.n_in..][..self.n_in];
                 let mut acc = 0f32;
@@ -151,7 +263,7 @@ impl Q6Matrix {
                         (BLOCK * b + 16 * h..BLOCK * b + 16 * h + 16).map(|l| (q[l] as i32 - 32) * x[l] as i32).sum()
                     };
                     let comb = scales[2 * b] as i32 * half(0) + scales[2 * b + 1] as i32 * half(1);
-                    acc += self.d[o * ns + b / GROUP_BLOCKS] * xq.scales[r * nb + b] * comb as f32;
+                    acc += d[b / GROUP_BLOCKS] * xq.scales[r * nb + b] * comb as f32;
                 }
                 local[i * xq.n_rows + r] = acc;
             }
@@ -260,6 +372,15 @@ impl RowKernel for Q6Matrix {
     #[cfg(target_arch = "x86_64")]
     fn prepare(&self, xq: &mut Q8Rows) {
         xq.fill_half_sums();
+    }
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
+        match &self.tiles {
+            // SAFETY: the layout exists only where the 512-bit VNNI kernels run, and `prepare`
+            // filled the half sums; the rest is the caller's.
+            Some(tiles) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
+            None => 0,
+        }
     }
     /// Groups of 3 rows with AVX2 (16 registers: 4 weight vectors, per row a sum and an
     /// accumulator), of up to MAX_GROUP with AVX-512VL's 32.

@@ -221,6 +221,29 @@ fn tiles_equal_the_vnni_kernel() {
             assert_tiles_give(tiles, &mut xq, &vnni, n_out, n_in, "q4_k");
         }
     }
+    // The 5-bit formats: the fifth bits from their own plane, read by `vpdpbusd` alone.
+    use candle_core::quantized::GgmlDType;
+    for (n_out, n_in, dtype) in
+        [(32, 256, GgmlDType::Q5K), (48, 1536, GgmlDType::Q5K), (64, 896, GgmlDType::Q5_0), (35, 480, GgmlDType::Q5_1)]
+    {
+        let bytes = ggml_bytes(n_out, n_in, 37, dtype);
+        let q5 = match dtype {
+            GgmlDType::Q5K => Q4Matrix::from_q5k_bytes(&bytes, n_out, n_in),
+            GgmlDType::Q5_0 => Q4Matrix::from_blocks(&bytes, n_out, n_in, SmallBlocks::Q5_0),
+            _ => Q4Matrix::from_blocks(&bytes, n_out, n_in, SmallBlocks::Q5_1),
+        }
+        .unwrap();
+        let tiles = q5.amx.as_ref().expect("a tile layout for the 5-bit formats where 512-bit VNNI runs");
+        assert!(!tiles.takes_amx(16, n_in), "AMX does not read the fifth bits");
+        for n_rows in [1, 2, 3, 5, 9, 16, 17] {
+            let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 38 + n_rows as u64), n_rows, n_in);
+            xq.fill_pairs_for_wide();
+            let mut vnni = vec![0f32; n_out * n_rows];
+            // SAFETY: as above.
+            unsafe { q5.rows_vnni512(0..n_out, &xq, &mut vnni) };
+            assert_tiles_give(tiles, &mut xq, &vnni, n_out, n_in, &format!("{dtype:?}"));
+        }
+    }
     // Stacked parts keep their tiles; a part with a partial group leaves the stack without.
     let parts: Vec<Q4Matrix> = [(32, 41), (16, 42)]
         .iter()
@@ -445,10 +468,18 @@ fn a_matrix_without_its_row_layout_gives_the_same_results() {
         return;
     }
     use candle_core::quantized::GgmlDType;
-    for (n_out, n_in, dtype) in [(64, 576, GgmlDType::Q4_1), (48, 1536, GgmlDType::Q4_0), (32, 512, GgmlDType::Q4K)] {
+    for (n_out, n_in, dtype) in [
+        (64, 576, GgmlDType::Q4_1),
+        (48, 1536, GgmlDType::Q4_0),
+        (32, 512, GgmlDType::Q4K),
+        (32, 512, GgmlDType::Q5K),
+        (48, 896, GgmlDType::Q5_0),
+    ] {
         let bytes = ggml_bytes(n_out, n_in, 51, dtype);
         let full = match dtype {
             GgmlDType::Q4K => Q4Matrix::from_q4k_bytes(&bytes, n_out, n_in),
+            GgmlDType::Q5K => Q4Matrix::from_q5k_bytes(&bytes, n_out, n_in),
+            GgmlDType::Q5_0 => Q4Matrix::from_blocks(&bytes, n_out, n_in, SmallBlocks::Q5_0),
             _ => Q4Matrix::from_ggml_bytes(&bytes, n_out, n_in, dtype == GgmlDType::Q4_1),
         }
         .unwrap();

@@ -177,6 +177,113 @@ fn q6_vnni_equals_avx2() {
     }
 }
 
+/// Where the 512-bit VNNI kernels run, Q6_K matrices hold the 16-output tile layout, and the
+/// tile kernel gives the row kernel's results bit for bit for every number of rows (outputs past
+/// the whole groups left to the row kernel).
+#[test]
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn q6_tiles_equal_the_row_kernel() {
+    if !amx::vnni_tiles() {
+        eprintln!("no 512-bit VNNI here (or the kernel path turns tiles off): nothing to compare");
+        assert!(Q6Matrix::from_q6k_bytes(&quantized(32, 256, GgmlDType::Q6K, 23).0, 32, 256).unwrap().tiles.is_none());
+        return;
+    }
+    for (n_out, n_in) in [(32, 256), (48, 1536), (35, 768), (16, 512), (67, 256)] {
+        let (bytes, _) = quantized(n_out, n_in, GgmlDType::Q6K, 24);
+        let m = Q6Matrix::read(&bytes, n_out, n_in, true).unwrap();
+        let tiles = m.tiles.as_ref().expect("a tile layout where 512-bit VNNI runs");
+        assert_eq!(tiles.covers(n_out), n_out % 16 == 0);
+        for n_rows in [1, 2, 3, 4, 5, 9, 16, 17, 33] {
+            let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 25 + n_rows as u64), n_rows, n_in);
+            xq.fill_half_sums();
+            let mut rows = vec![0f32; n_out * n_rows];
+            let mut ours = vec![f32::NAN; n_out * n_rows];
+            // SAFETY: tiles exist only with the 512-bit VNNI kernels (AVX-512 F, BW, VNNI and VL);
+            // the half sums are filled and `ours` is n_rows × n_out.
+            let done = unsafe {
+                m.rows_vnni(0..n_out, &xq, &mut rows);
+                tiles.rows(n_in, 0..n_out, &xq, ours.as_mut_ptr(), n_out)
+            };
+            assert_eq!(done, n_out / 16 * 16);
+            for r in 0..n_rows {
+                for o in 0..n_out {
+                    let got = ours[r * n_out + o];
+                    match o < done {
+                        true => assert_eq!(
+                            got.to_bits(),
+                            rows[o * n_rows + r].to_bits(),
+                            "q6_k {n_out}x{n_in}, {n_rows} rows: row {r}, output {o}"
+                        ),
+                        false => assert!(got.is_nan(), "output {o} is past the whole groups and left alone"),
+                    }
+                }
+            }
+            // SAFETY: as above; a range that does not start a group is left to the row kernel.
+            assert_eq!(unsafe { tiles.rows(n_in, 8..n_out, &xq, ours.as_mut_ptr(), n_out) }, 0);
+        }
+    }
+}
+
+/// A Q6_K matrix that keeps only its tiles gives the full matrix's results, rows and selected
+/// rows, in about half the bytes; one with a partial group of outputs keeps its rows.
+#[test]
+fn a_q6_matrix_without_its_row_layout_gives_the_same_results() {
+    let (n_out, n_in) = (48, 768);
+    let bytes = quantized(n_out, n_in, GgmlDType::Q6K, 26).0;
+    let full = Q6Matrix::read(&bytes, n_out, n_in, true).unwrap();
+    let mut compact = full.clone();
+    compact.drop_row_layout();
+    // Read straight into the tiles, as a model loads it.
+    let loaded = Q6Matrix::from_q6k_bytes(&bytes, n_out, n_in).unwrap();
+    assert_eq!(loaded.tiles_only(), full.tiles.is_some());
+    if full.tiles.is_none() {
+        eprintln!("no tile layout here: nothing to drop");
+        assert!(!compact.tiles_only());
+        return;
+    }
+    assert!(compact.tiles_only() && !full.tiles_only());
+    assert!(compact.bytes() * 10 < full.bytes() * 6, "{} vs {} bytes", compact.bytes(), full.bytes());
+    assert_eq!((compact.tile_bytes(), full.tile_bytes()), (0, compact.bytes()));
+    for n_rows in [1, 2, 5, 9, 16, 17] {
+        let x = pseudo_random(n_rows * n_in, 27 + n_rows as u64);
+        let (a, b, c) = (full.matmul(&x, n_rows), compact.matmul(&x, n_rows), loaded.matmul(&x, n_rows));
+        assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()), "{n_rows} rows");
+        assert!(a.iter().zip(&c).all(|(p, q)| p.to_bits() == q.to_bits()), "{n_rows} rows, loaded");
+    }
+    assert_eq!(loaded.bytes(), compact.bytes());
+    let xq = quantize_rows(&pseudo_random(3 * n_in, 28), 3, n_in);
+    let (mut a, mut b) = (vec![0f32; n_out * 3], vec![0f32; n_out * 3]);
+    full.rows_portable(0..n_out, &xq, &mut a);
+    compact.rows_portable(0..n_out, &xq, &mut b);
+    assert_eq!(a, b, "portable results from the tiles");
+    assert_eq!(full.dequantize(), compact.dequantize(), "rows read back from the tiles");
+    let pick = [47, 0, 16, 16, 5];
+    let x = pseudo_random(4 * n_in, 29);
+    let (from_rows, from_tiles) = (full.select_rows(&pick).unwrap(), compact.select_rows(&pick).unwrap());
+    assert_eq!(from_rows.matmul(&x, 4), from_tiles.matmul(&x, 4), "rows selected from the tiles");
+    assert!(compact.select_rows(&[48]).is_none());
+    // Stacks: of tiles alone, and of tiles beside rows (a part with a partial group).
+    let odd = Q6Matrix::from_q6k_bytes(&quantized(20, n_in, GgmlDType::Q6K, 31).0, 20, n_in).unwrap();
+    let x = pseudo_random(3 * n_in, 32);
+    let (a, c) = (full.matmul(&x, 3), odd.matmul(&x, 3));
+    for (parts, tiles_only) in [(vec![&compact, &loaded], true), (vec![&compact, &odd, &full], false)] {
+        let stacked = Q6Matrix::stack(&parts).unwrap();
+        assert_eq!(stacked.tiles_only(), tiles_only);
+        let n = stacked.n_out;
+        let y = stacked.matmul(&x, 3);
+        for r in 0..3 {
+            assert_eq!(&y[r * n..r * n + n_out], &a[r * n_out..(r + 1) * n_out]);
+            if !tiles_only {
+                assert_eq!(&y[r * n + n_out..r * n + n_out + 20], &c[r * 20..(r + 1) * 20]);
+            }
+            assert_eq!(&y[(r + 1) * n - n_out..(r + 1) * n], &a[r * n_out..(r + 1) * n_out]);
+        }
+    }
+    let mut odd = Q6Matrix::from_q6k_bytes(&quantized(20, 256, GgmlDType::Q6K, 30).0, 20, 256).unwrap();
+    odd.drop_row_layout();
+    assert!(!odd.tiles_only());
+}
+
 /// Stacked and row-selected Q6_K matrices give each part's and each row's results exactly.
 #[test]
 fn q6_stack_and_select_rows_keep_results() {

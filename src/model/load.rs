@@ -318,7 +318,11 @@ impl TensorReader<'_> {
             return Ok((Embedding::None { n_embd: self.file.config.n_embd }, None));
         }
         let tied = !self.has("output.weight");
-        let head = plan.linear(self.read(if tied { "token_embd.weight" } else { "output.weight" })?, None)?;
+        let mut head = plan.linear(self.read(if tied { "token_embd.weight" } else { "output.weight" })?, None)?;
+        // A Q6_K head's rows are read back and selected from its tiles, so it keeps only those.
+        if matches!(head.w, Weights::BatchedQ6(_)) {
+            head.drop_row_layout();
+        }
         // A tied head that the kernels hold in the file's own blocks also serves the lookups;
         // otherwise the embedding stays in the file's format beside the head.
         let file_dtype = self.file.content.tensor_infos.get("token_embd.weight").map(|t| t.ggml_dtype);
