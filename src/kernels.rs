@@ -50,6 +50,11 @@ mod amx {
             0
         }
     }
+    impl AmxTiles {
+        pub(super) fn covers(&self, _: usize) -> bool {
+            false
+        }
+    }
     pub(super) fn vnni_tiles() -> bool {
         false
     }
@@ -450,9 +455,9 @@ mod q8;
 use activations::*;
 pub use kquants::QK_K;
 use layout::*;
-pub use q4::Q4Matrix;
 #[allow(unused_imports)]
 use q4::*;
+pub use q4::{Q4File, Q4Matrix};
 use q4_scales::*;
 pub use q5::SmallBlocks;
 use q5::*;

@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// The file formats [`Q4Matrix::from_file`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Q4File {
+    /// Blocks of 32 weights with their own f16 scale (Q4_0, Q4_1, Q5_0, Q5_1).
+    Blocks(SmallBlocks),
+    Q4K,
+    Q5K,
+}
+
 /// A 4- or 5-bit matrix `(n_out, n_in)` as GGML's Q4_1 (Q4_0 with m = −8·d; Q4_K with its
 /// super-block scales; the Q5 formats with a fifth bit per quant, [`super::q5`]): each block of 32
 /// weights is `d · q + m` with q in 0..15 (0..31). About half the bytes of Q8_0, so a decode
@@ -72,19 +81,45 @@ pub(super) fn unpack_q4_il(packed: &[u8], n_in: usize) -> Vec<u8> {
 
 impl Q4Matrix {
     /// The matrices' rows one after another (all with the same `n_in`), like [`Q8Matrix::stack`].
+    /// Parts that hold only their tiles stack into tiles alone; `None` where some parts hold rows
+    /// and others not.
     pub fn stack(parts: &[&Q4Matrix]) -> Option<Q4Matrix> {
         let n_in = common_width(parts.iter().map(|m| m.n_in))?;
+        let amx = amx::AmxTiles::stack(
+            &parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(),
+            &parts.iter().map(|m| m.n_out).collect::<Vec<_>>(),
+        );
+        let n_out = parts.iter().map(|m| m.n_out).sum();
+        match parts.iter().filter(|m| m.tiles_only()).count() {
+            0 => {}
+            n if n == parts.len() => return Some(Q4Matrix::tiles_alone(n_out, n_in, amx?)),
+            _ => return None,
+        }
         Some(Q4Matrix {
-            n_out: parts.iter().map(|m| m.n_out).sum(),
+            n_out,
             n_in,
             scales: Scales::stack(&parts.iter().map(|m| &m.scales).collect::<Vec<_>>())?,
             nibbles: concat(parts.iter().map(|m| &m.nibbles[..])),
             high: stack_high(parts, n_in),
-            amx: amx::AmxTiles::stack(
-                &parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(),
-                &parts.iter().map(|m| m.n_out).collect::<Vec<_>>(),
-            ),
+            amx,
         })
+    }
+
+    /// A matrix held in its tile layout alone (see [`Q4Matrix::drop_row_layout`]).
+    fn tiles_alone(n_out: usize, n_in: usize, tiles: amx::AmxTiles) -> Q4Matrix {
+        let scales = Scales::Centered { d: Vec::new(), offset: 0.0 };
+        Q4Matrix { n_out, n_in, scales, nibbles: Vec::new(), high: Vec::new(), amx: Some(tiles) }
+    }
+
+    /// A file's 4- or 5-bit matrix as it is, in the tile layout alone where that holds every
+    /// output and `rows` is false (so the load never holds the weights twice; such a matrix's
+    /// rows cannot be selected), else as [`Q4Matrix::from_blocks`] and the K readers do.
+    pub fn from_file(bytes: &[u8], n_out: usize, n_in: usize, format: Q4File, rows: bool) -> Option<Q4Matrix> {
+        match format {
+            Q4File::Blocks(f) => Self::read_blocks(bytes, n_out, n_in, f, rows),
+            Q4File::Q4K => Self::from_k_bytes(bytes, n_out, n_in, false, rows),
+            Q4File::Q5K => Self::from_k_bytes(bytes, n_out, n_in, true, rows),
+        }
     }
 
     /// Only the given rows, in that order, like [`Q8Matrix::select_rows`].
@@ -103,6 +138,10 @@ impl Q4Matrix {
     /// Read a file's blocks of 32 weights with their own f16 scale (Q4_0, Q4_1, Q5_0, Q5_1) as
     /// they are: block d and m in f32, the quants' low 4 bits as nibbles, the fifth beside them.
     pub fn from_blocks(bytes: &[u8], n_out: usize, n_in: usize, format: SmallBlocks) -> Option<Q4Matrix> {
+        Self::read_blocks(bytes, n_out, n_in, format, true)
+    }
+
+    fn read_blocks(bytes: &[u8], n_out: usize, n_in: usize, format: SmallBlocks, rows: bool) -> Option<Q4Matrix> {
         let block_bytes = format.bytes();
         if !n_in.is_multiple_of(BLOCK) || bytes.len() != n_out.checked_mul(n_in / BLOCK * block_bytes)? {
             return None;
@@ -110,68 +149,101 @@ impl Q4Matrix {
         let n_blocks = n_out * n_in / BLOCK;
         let mut d = Vec::with_capacity(n_blocks);
         let mut m = Vec::with_capacity(if format.centered().is_some() { 0 } else { n_blocks });
-        let mut rows = PackedRows::new(n_out, n_in, format.five());
-        let mut plain = vec![0u8; n_in];
-        if n_in > 0 {
-            for (o, row) in bytes.chunks_exact(n_in / BLOCK * block_bytes).enumerate() {
-                for (blk, q) in row.chunks_exact(block_bytes).zip(plain.chunks_exact_mut(BLOCK)) {
-                    let (scale, offset) = format.block(blk, q);
-                    d.push(scale);
-                    m.extend(offset);
-                }
-                rows.pack(o, &plain);
-            }
+        let mut q = [0u8; BLOCK];
+        for blk in bytes.chunks_exact(block_bytes) {
+            let (scale, offset) = format.block(blk, &mut q);
+            d.push(scale);
+            m.extend(offset);
         }
         let scales = match format.centered() {
             Some(offset) => Scales::Centered { d, offset },
             None => Scales::Block { d, m },
         };
-        let (nibbles, high) = rows.finish();
-        let mut m = Q4Matrix { n_out, n_in, scales, nibbles, high, amx: None };
-        m.amx = match format.five() {
-            false => amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &m.scales),
-            true => amx::AmxTiles::from_quants(n_out, n_in, |o| m.quants_row(o), &m.scales, true),
+        // Output o's quants in plain order, from the file's blocks.
+        let quants_row = |o: usize| {
+            let mut plain = vec![0u8; n_in];
+            let row = &bytes[o * n_in / BLOCK * block_bytes..][..n_in / BLOCK * block_bytes];
+            for (blk, q) in row.chunks_exact(block_bytes).zip(plain.chunks_exact_mut(BLOCK)) {
+                format.block(blk, q);
+            }
+            plain
         };
-        Some(m)
+        let amx = match format.five() {
+            false => amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &scales),
+            true => amx::AmxTiles::from_quants(n_out, n_in, quants_row, &scales, true),
+        };
+        Some(Self::with_rows(n_out, n_in, scales, amx, format.five(), rows, quants_row))
+    }
+
+    /// The matrix from its scales and tiles: in the tile layout alone where that holds every
+    /// output and `rows` is false, else with the row layout packed from `quants_row`.
+    fn with_rows(
+        n_out: usize,
+        n_in: usize,
+        scales: Scales,
+        amx: Option<amx::AmxTiles>,
+        five: bool,
+        rows: bool,
+        quants_row: impl Fn(usize) -> Vec<u8>,
+    ) -> Q4Matrix {
+        match amx {
+            Some(t) if !rows && t.covers(n_out) && n_in > 0 => Q4Matrix::tiles_alone(n_out, n_in, t),
+            amx => {
+                let mut packed = PackedRows::new(n_out, n_in, five);
+                if n_in > 0 {
+                    for o in 0..n_out {
+                        packed.pack(o, &quants_row(o));
+                    }
+                }
+                let (nibbles, high) = packed.finish();
+                Q4Matrix { n_out, n_in, scales, nibbles, high, amx }
+            }
+        }
     }
 
     /// Read GGML Q4_K bytes as they are: each sub-block of 32 weights has its own scale and min,
     /// which become this layout's per-block d and m ([`Scales::Super`]).
     pub fn from_q4k_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q4Matrix> {
-        Self::from_k_bytes(bytes, n_out, n_in, false)
+        Self::from_k_bytes(bytes, n_out, n_in, false, true)
     }
 
     /// Q5_K bytes as they are: Q4_K's scales and nibbles, with a fifth bit per quant.
     pub fn from_q5k_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q4Matrix> {
-        Self::from_k_bytes(bytes, n_out, n_in, true)
+        Self::from_k_bytes(bytes, n_out, n_in, true, true)
     }
 
-    fn from_k_bytes(bytes: &[u8], n_out: usize, n_in: usize, five: bool) -> Option<Q4Matrix> {
+    fn from_k_bytes(bytes: &[u8], n_out: usize, n_in: usize, five: bool, rows: bool) -> Option<Q4Matrix> {
         use kquants::{Q4K_BYTES, Q5K_BYTES, QK_K};
         let (ns, block_bytes) = (n_in / QK_K, if five { Q5K_BYTES } else { Q4K_BYTES });
         if n_in == 0 || !n_in.is_multiple_of(QK_K) || bytes.len() != n_out.checked_mul(ns * block_bytes)? {
             return None;
         }
         let nb = n_in / BLOCK;
+        // One super-block's scales and mins into `sc`, `mn` and its quants into `q`; its d and dmin.
+        let decode = |blk: &[u8], sc: &mut [u8], mn: &mut [u8], q: &mut [u8]| match five {
+            true => kquants::q5k_block(blk, sc, mn, q),
+            false => kquants::q4k_block(blk, sc, mn, q),
+        };
         let (mut d, mut dmin) = (Vec::with_capacity(n_out * ns), Vec::with_capacity(n_out * ns));
         let (mut sc, mut mn) = (vec![0u8; n_out * nb], vec![0u8; n_out * nb]);
-        let mut rows = PackedRows::new(n_out, n_in, five);
-        let mut plain = vec![0u8; n_in];
-        for (o, row) in bytes.chunks_exact(ns * block_bytes).enumerate() {
-            for (s, (blk, q)) in row.chunks_exact(block_bytes).zip(plain.chunks_exact_mut(QK_K)).enumerate() {
-                let at = (o * ns + s) * GROUP_BLOCKS;
-                let (sc, mn) = (&mut sc[at..at + GROUP_BLOCKS], &mut mn[at..at + GROUP_BLOCKS]);
-                let (dd, dm) =
-                    if five { kquants::q5k_block(blk, sc, mn, q) } else { kquants::q4k_block(blk, sc, mn, q) };
-                d.push(dd);
-                dmin.push(dm);
-            }
-            rows.pack(o, &plain);
+        let mut q = [0u8; QK_K];
+        for (i, blk) in bytes.chunks_exact(block_bytes).enumerate() {
+            let at = i * GROUP_BLOCKS;
+            let (dd, dm) = decode(blk, &mut sc[at..at + GROUP_BLOCKS], &mut mn[at..at + GROUP_BLOCKS], &mut q);
+            d.push(dd);
+            dmin.push(dm);
         }
-        let (nibbles, high) = rows.finish();
-        let mut m = Q4Matrix { n_out, n_in, scales: Scales::Super { d, dmin, sc, mn }, nibbles, high, amx: None };
-        m.amx = amx::AmxTiles::from_quants(n_out, n_in, |o| m.quants_row(o), &m.scales, five);
-        Some(m)
+        let quants_row = |o: usize| {
+            let (mut plain, mut sc, mut mn) = (vec![0u8; n_in], [0u8; GROUP_BLOCKS], [0u8; GROUP_BLOCKS]);
+            let row = &bytes[o * ns * block_bytes..][..ns * block_bytes];
+            for (blk, q) in row.chunks_exact(block_bytes).zip(plain.chunks_exact_mut(QK_K)) {
+                decode(blk, &mut sc, &mut mn, q);
+            }
+            plain
+        };
+        let scales = Scales::Super { d, dmin, sc, mn };
+        let amx = amx::AmxTiles::from_quants(n_out, n_in, quants_row, &scales, five);
+        Some(Self::with_rows(n_out, n_in, scales, amx, five, rows, quants_row))
     }
 
     /// Bytes held (the AMX copy included).

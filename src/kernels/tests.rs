@@ -11,6 +11,11 @@ pub(super) fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
 
 /// The bits of the `len` outputs a kernel call `f` writes, for comparing paths exactly.
 #[cfg(target_arch = "x86_64")]
+/// The values' bits, to compare results exactly.
+fn output_bits_of(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|v| v.to_bits()).collect()
+}
+
 pub(super) fn output_bits(len: usize, f: &dyn Fn(&mut [f32])) -> Vec<u32> {
     let mut out = vec![0f32; len];
     f(&mut out);
@@ -487,10 +492,31 @@ fn a_matrix_without_its_row_layout_gives_the_same_results() {
         compact.drop_row_layout();
         assert!(compact.tiles_only() && !full.tiles_only());
         assert!(compact.bytes() * 10 < full.bytes() * 6, "{} vs {} bytes", compact.bytes(), full.bytes());
+        // Read straight into the tiles, as a model loads its layers' matrices.
+        let format = match dtype {
+            GgmlDType::Q4K => Q4File::Q4K,
+            GgmlDType::Q5K => Q4File::Q5K,
+            GgmlDType::Q5_0 => Q4File::Blocks(SmallBlocks::Q5_0),
+            GgmlDType::Q4_0 => Q4File::Blocks(SmallBlocks::Q4_0),
+            _ => Q4File::Blocks(SmallBlocks::Q4_1),
+        };
+        let loaded = Q4Matrix::from_file(&bytes, n_out, n_in, format, false).unwrap();
+        assert!(loaded.tiles_only() && loaded.bytes() == compact.bytes());
+        assert!(!Q4Matrix::from_file(&bytes, n_out, n_in, format, true).unwrap().tiles_only());
+        let stacked = Q4Matrix::stack(&[&loaded, &compact]).unwrap();
+        assert!(stacked.tiles_only());
+        assert!(Q4Matrix::stack(&[&loaded, &full]).is_none(), "tiles alone beside rows do not stack");
         for n_rows in [1, 2, 5, 9, 16, 17] {
             let x = pseudo_random(n_rows * n_in, 52 + n_rows as u64);
             let (a, b) = (full.matmul(&x, n_rows), compact.matmul(&x, n_rows));
             assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()), "{n_out}x{n_in}, {n_rows} rows");
+            assert_eq!(output_bits_of(&a), output_bits_of(&loaded.matmul(&x, n_rows)), "{n_rows} rows, loaded");
+            let y = stacked.matmul(&x, n_rows);
+            for r in 0..n_rows {
+                let (two, one) = (&y[r * 2 * n_out..(r + 1) * 2 * n_out], &a[r * n_out..(r + 1) * n_out]);
+                assert_eq!(output_bits_of(&two[..n_out]), output_bits_of(one));
+                assert_eq!(output_bits_of(&two[n_out..]), output_bits_of(one));
+            }
         }
         let xq = quantize_rows(&pseudo_random(3 * n_in, 53), 3, n_in);
         let (mut a, mut b) = (vec![0f32; n_out * 3], vec![0f32; n_out * 3]);

@@ -2,7 +2,7 @@
 //! project's kernels), the CPU step's model, the restricted head, the RoPE tables.
 
 use super::*;
-use crate::kernels::SmallBlocks;
+use crate::kernels::{Q4File, SmallBlocks};
 use crate::options::EngineOptions;
 
 /// candle has SIMD dot products for these on x86 (AVX2) and Apple Silicon (NEON); other formats
@@ -259,8 +259,10 @@ impl<'d> WeightPlan<'d> {
         }
     }
 
-    /// One matrix converted as planned, in the project's kernel layout where one runs it.
-    fn linear(&self, qt: QTensor, bias: Option<Tensor>) -> Result<Linear> {
+    /// One matrix converted as planned, in the project's kernel layout where one runs it; `rows`:
+    /// a 4- or 5-bit matrix keeps its row layout (to select rows from it) even where the tile
+    /// layout holds every output. (Q6_K rows are selected from the tiles.)
+    fn linear(&self, qt: QTensor, bias: Option<Tensor>, rows: bool) -> Result<Linear> {
         let file_dtype = qt.dtype();
         let target = match self.format {
             WeightFormat::Auto if self.batched && kernels_take(self.file_dtype) => auto_batched_format(qt.dtype()),
@@ -270,30 +272,24 @@ impl<'d> WeightPlan<'d> {
         let w = match w {
             QMatMul::QTensor(ref q) if self.batched && q.shape().rank() == 2 => {
                 let (n_out, n_in) = (q.shape().dims()[0], q.shape().dims()[1]);
-                let packed =
-                    match q.dtype() {
-                        GgmlDType::Q8_0 => {
-                            Q8Matrix::from_ggml_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ8(m.into()))
-                        }
-                        GgmlDType::Q4_1 => Q4Matrix::from_ggml_bytes(&q.data()?, n_out, n_in, true)
-                            .map(|m| Weights::BatchedQ4(m.into())),
-                        GgmlDType::Q4_0 => Q4Matrix::from_ggml_bytes(&q.data()?, n_out, n_in, false)
-                            .map(|m| Weights::BatchedQ4(m.into())),
-                        GgmlDType::Q4K => {
-                            Q4Matrix::from_q4k_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ4(m.into()))
-                        }
-                        GgmlDType::Q5K => {
-                            Q4Matrix::from_q5k_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ4(m.into()))
-                        }
-                        GgmlDType::Q5_0 => Q4Matrix::from_blocks(&q.data()?, n_out, n_in, SmallBlocks::Q5_0)
-                            .map(|m| Weights::BatchedQ4(m.into())),
-                        GgmlDType::Q5_1 => Q4Matrix::from_blocks(&q.data()?, n_out, n_in, SmallBlocks::Q5_1)
-                            .map(|m| Weights::BatchedQ4(m.into())),
-                        GgmlDType::Q6K => {
-                            Q6Matrix::from_q6k_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ6(m.into()))
-                        }
-                        _ => None,
-                    };
+                let q4 = |format: Q4File| -> Result<Option<Weights>> {
+                    Ok(Q4Matrix::from_file(&q.data()?, n_out, n_in, format, rows).map(|m| Weights::BatchedQ4(m.into())))
+                };
+                let packed = match q.dtype() {
+                    GgmlDType::Q8_0 => {
+                        Q8Matrix::from_ggml_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ8(m.into()))
+                    }
+                    GgmlDType::Q4_1 => q4(Q4File::Blocks(SmallBlocks::Q4_1))?,
+                    GgmlDType::Q4_0 => q4(Q4File::Blocks(SmallBlocks::Q4_0))?,
+                    GgmlDType::Q5_0 => q4(Q4File::Blocks(SmallBlocks::Q5_0))?,
+                    GgmlDType::Q5_1 => q4(Q4File::Blocks(SmallBlocks::Q5_1))?,
+                    GgmlDType::Q4K => q4(Q4File::Q4K)?,
+                    GgmlDType::Q5K => q4(Q4File::Q5K)?,
+                    GgmlDType::Q6K => {
+                        Q6Matrix::from_q6k_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ6(m.into()))
+                    }
+                    _ => None,
+                };
                 packed.unwrap_or(Weights::Candle(w))
             }
             w => Weights::Candle(w),
@@ -318,11 +314,7 @@ impl TensorReader<'_> {
             return Ok((Embedding::None { n_embd: self.file.config.n_embd }, None));
         }
         let tied = !self.has("output.weight");
-        let mut head = plan.linear(self.read(if tied { "token_embd.weight" } else { "output.weight" })?, None)?;
-        // A Q6_K head's rows are read back and selected from its tiles, so it keeps only those.
-        if matches!(head.w, Weights::BatchedQ6(_)) {
-            head.drop_row_layout();
-        }
+        let head = plan.linear(self.read(if tied { "token_embd.weight" } else { "output.weight" })?, None, true)?;
         // A tied head that the kernels hold in the file's own blocks also serves the lookups;
         // otherwise the embedding stays in the file's format beside the head.
         let file_dtype = self.file.content.tensor_infos.get("token_embd.weight").map(|t| t.ggml_dtype);
@@ -372,7 +364,7 @@ impl TensorReader<'_> {
                 true => Some(r.vector(&bias_name)?),
                 false => None,
             };
-            plan.linear(r.read(&format!("{p}.{name}.weight"))?, bias)
+            plan.linear(r.read(&format!("{p}.{name}.weight"))?, bias, false)
         };
         let mut qkv =
             Projections::new(vec![matrix(self, "attn_q")?, matrix(self, "attn_k")?, matrix(self, "attn_v")?])?;
@@ -398,10 +390,10 @@ impl TensorReader<'_> {
         spec: &crate::gguf::FeatureDraftSpec,
         cpu_step: bool,
     ) -> Result<Option<cpu_forward::FeatureInput>> {
-        let fc = cpu_mat(&plan.linear(self.read("eagle.fc.weight")?, None)?)?;
+        let fc = cpu_mat(&plan.linear(self.read("eagle.fc.weight")?, None, true)?)?;
         let lift = match spec.taps.is_empty() {
             true => None,
-            false => cpu_mat(&plan.linear(self.read("eagle.lift_fc.weight")?, None)?)?,
+            false => cpu_mat(&plan.linear(self.read("eagle.lift_fc.weight")?, None, true)?)?,
         };
         let mut tap_norms = Vec::with_capacity(spec.taps.len());
         for i in 0..spec.taps.len() {
