@@ -54,6 +54,9 @@ mod amx {
         pub(super) fn covers(&self, _: usize) -> bool {
             false
         }
+        pub(super) fn q8_row(&self, _: usize, _: usize) -> (Vec<i8>, Vec<f32>) {
+            (Vec::new(), Vec::new())
+        }
     }
     pub(super) fn vnni_tiles() -> bool {
         false
@@ -62,11 +65,6 @@ mod amx {
 
 pub const BLOCK: usize = 32;
 
-/// A matrix's AMX tiles where a call of `n_rows` rows takes them (enough rows).
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn tiles_for(tiles: &Option<amx::AmxTiles>, n_rows: usize, n_in: usize) -> Option<&amx::AmxTiles> {
-    tiles.as_ref().filter(|t| n_rows >= t.min_rows(n_in))
-}
 impl Q8Matrix {
     /// The same matrix without its AMX tiles: multi-row calls then take the VNNI or AVX2 path
     /// (for comparing the two in one process).
@@ -399,10 +397,9 @@ impl RowsAsF32 for Q8Matrix {
         (self.n_out, self.n_in)
     }
     fn row_f32(&self, row: usize, out: &mut [f32]) {
-        let (n_in, nb) = (self.n_in, self.n_in / BLOCK);
-        let plain = deinterleave_row(&self.quants[row * n_in..(row + 1) * n_in]);
+        let (plain, scales) = self.plain_row(row);
         for (i, (o, &q)) in out.iter_mut().zip(&plain).enumerate() {
-            *o = q as f32 * self.scales[row * nb + i / BLOCK];
+            *o = q as f32 * scales[i / BLOCK];
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The 4-bit and Q8_0 kernels' multi-row calls on Intel AMX (Advanced Matrix Extensions, Linux
-//! on x86-64).
+//! The tile layout of 16 outputs per block for the 4-, 5-bit and Q8_0 kernels, and its calls: on
+//! Intel AMX (Advanced Matrix Extensions, Linux on x86-64) for calls of several rows, and with
+//! 512-bit `vpdpbusd` wherever those kernels run ([`AmxTiles::rows_vnni`]).
 //!
 //! Why: with `vpdpbusd` every activation row costs its own multiply-adds, block-scale arithmetic
 //! and horizontal sums, so a verify row cost ~15% of a single-token step. An AMX tile multiply
@@ -291,14 +292,6 @@ impl AmxTiles {
         self.weights.len() + 4 * self.d.len() + 2 * self.dm.len() + sup + self.fifth.len() + self.lanes.len()
     }
 
-    /// The fewest activation rows for which this matrix (`n_in` wide) takes the tiles.
-    pub(super) fn min_rows(&self, n_in: usize) -> usize {
-        match self.signed {
-            true => min_rows_q8(self.groups * TILE_OUTS, n_in),
-            false => 1,
-        }
-    }
-
     /// Whether a call of `n_rows` rows runs on AMX itself (else, 4-bit, on [`AmxTiles::rows_vnni`]).
     pub(super) fn takes_amx(&self, n_rows: usize, n_in: usize) -> bool {
         available()
@@ -360,7 +353,7 @@ impl AmxTiles {
         plain_row: impl Fn(usize) -> Vec<i8>,
     ) -> Option<AmxTiles> {
         let (groups, nb) = (n_out / TILE_OUTS, n_in / BLOCK);
-        if !available() || groups == 0 || nb == 0 {
+        if !(available() || vnni_tiles()) || groups == 0 || nb == 0 {
             return None;
         }
         let mut out = AmxTiles {
@@ -386,6 +379,22 @@ impl AmxTiles {
             }
         }
         Some(out)
+    }
+
+    /// Q8_0: output `o`'s weights in plain order and its block scales, `n_in` wide.
+    pub(super) fn q8_row(&self, o: usize, n_in: usize) -> (Vec<i8>, Vec<f32>) {
+        let (g, n, nb) = (o / TILE_OUTS, o % TILE_OUTS, n_in / BLOCK);
+        let mut w = vec![0i8; n_in];
+        for (b, block) in w.chunks_exact_mut(BLOCK).enumerate() {
+            let tile = &self.weights[(g * nb + b) * TILE_BYTES..][..TILE_BYTES];
+            for t in 0..BLOCK / 4 {
+                for k in 0..4 {
+                    block[4 * t + k] = tile[64 * t + 4 * n + k] as i8;
+                }
+            }
+        }
+        let scales = (0..nb).map(|b| self.d[(g * nb + b) * TILE_OUTS + n]).collect();
+        (w, scales)
     }
 
     /// The layouts of matrices stacked one after another, where each has one and whole groups
@@ -441,8 +450,11 @@ impl AmxTiles {
         y: *mut f32,
         n_out: usize,
     ) -> usize {
-        if !self.signed && !self.takes_amx(xq.n_rows, n_in) {
-            return self.rows_vnni(n_in, outs, xq, y, n_out);
+        if !self.takes_amx(xq.n_rows, n_in) {
+            return match self.signed {
+                true => self.rows_vnni::<true>(n_in, outs, xq, y, n_out),
+                false => self.rows_vnni::<false>(n_in, outs, xq, y, n_out),
+            };
         }
         if self.signed {
             self.rows_of::<true>(n_in, outs, xq, y, n_out)
@@ -491,17 +503,18 @@ impl AmxTiles {
         (g1 - g0) * TILE_OUTS
     }
 
-    /// [`AmxTiles::rows`] for 4-bit weights where AMX does not take the call (no AMX, or too few
-    /// rows for it) and the CPU has AVX-512 VNNI: the same
-    /// tile layout and the same float steps in the same order (so the results are the row
-    /// kernel's bit for bit), with each block's 16 outputs' integer sums from 8 `vpdpbusd`s per
-    /// row (a tile row of weights against 4 activations broadcast). The float work per block is
-    /// then shared by 16 outputs, where the row kernel does it per output; the weights of a
-    /// block are unpacked once for up to 16 rows.
+    /// [`AmxTiles::rows`] where AMX does not take the call (no AMX, or too few rows for it) and
+    /// the CPU has AVX-512 VNNI: the same tile layout and the same float steps in the same order
+    /// (so the results are the row kernel's bit for bit), with each block's 16 outputs' integer
+    /// sums from 8 `vpdpbusd`s per row (a tile row of weights against 4 activations broadcast).
+    /// The float work per block is then shared by 16 outputs, where the row kernel does it per
+    /// output; the weights of a block are unpacked once for up to 16 rows. Q8_0 (`SIGNED`): the
+    /// activations are offset by +128 to be the unsigned operand, and 128 · Σ w, summed once per
+    /// block for all rows, is taken off again (exact in i32).
     ///
     /// Safety: as [`AmxTiles::rows`], and the CPU has AVX-512 VNNI.
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
-    unsafe fn rows_vnni(
+    unsafe fn rows_vnni<const SIGNED: bool>(
         &self,
         n_in: usize,
         outs: std::ops::Range<usize>,
@@ -509,13 +522,10 @@ impl AmxTiles {
         y: *mut f32,
         n_out: usize,
     ) -> usize {
-        if self.signed {
-            return 0;
-        }
         let Some((g0, g1, nb)) = self.whole_groups(&outs, n_in, xq.n_rows) else { return 0 };
         SCRATCH.with_borrow_mut(|work| {
             let acc = &mut work.acc;
-            let mask = _mm512_set1_epi8(0x0F);
+            let (mask, ones) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(1));
             for r0 in (0..xq.n_rows).step_by(TILE_ROWS) {
                 let rows = (xq.n_rows - r0).min(TILE_ROWS);
                 for g in g0..g1 {
@@ -523,27 +533,40 @@ impl AmxTiles {
                         *a = [_mm512_setzero_ps(); 8];
                     }
                     for b in 0..nb {
-                        let src = self.packed(g * nb + b);
-                        // The weights stream from memory: ask for them, and for their scales, ahead.
-                        for line in 0..PACKED_BYTES / 64 {
-                            super::prefetch_ahead(src.add(64 * line), super::PREFETCH_BYTES);
-                        }
-                        let ahead = super::PREFETCH_BYTES / PACKED_BYTES * self.dm_stride() * 2;
-                        super::prefetch_ahead(
-                            self.dm.as_ptr().wrapping_add((g * nb + b) * self.dm_stride()) as *const u8,
-                            ahead,
-                        );
                         // Tile row t: weights 4t..4t + 3 of each of the 16 outputs.
                         let mut w = [_mm512_setzero_si512(); 8];
-                        for i in 0..4 {
-                            let raw = _mm512_loadu_si512(src.add(64 * i) as *const _);
-                            w[i] = _mm512_and_si512(raw, mask);
-                            w[4 + i] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), mask);
-                        }
-                        if !self.fifth.is_empty() {
-                            add_fifth_bits(self.fifth.as_ptr().add((g * nb + b) * FIFTH_BYTES), &mut w);
-                        }
-                        let (d, m) = self.d_m(g * nb + b);
+                        let (d, m, offset) = if SIGNED {
+                            let src = self.weights.as_ptr().add((g * nb + b) * TILE_BYTES);
+                            // The weights stream from memory: ask for them ahead.
+                            for (t, wt) in w.iter_mut().enumerate() {
+                                super::prefetch_ahead(src.add(64 * t), super::PREFETCH_BYTES);
+                                *wt = _mm512_loadu_si512(src.add(64 * t) as *const _);
+                            }
+                            let sum = w.iter().fold(_mm512_setzero_si512(), |s, &wt| _mm512_dpbusd_epi32(s, ones, wt));
+                            let d = _mm512_loadu_ps(self.d.as_ptr().add((g * nb + b) * TILE_OUTS));
+                            (d, _mm512_setzero_ps(), _mm512_slli_epi32::<7>(sum))
+                        } else {
+                            let src = self.packed(g * nb + b);
+                            // The weights stream from memory: ask for them, and for their scales, ahead.
+                            for line in 0..PACKED_BYTES / 64 {
+                                super::prefetch_ahead(src.add(64 * line), super::PREFETCH_BYTES);
+                            }
+                            let ahead = super::PREFETCH_BYTES / PACKED_BYTES * self.dm_stride() * 2;
+                            super::prefetch_ahead(
+                                self.dm.as_ptr().wrapping_add((g * nb + b) * self.dm_stride()) as *const u8,
+                                ahead,
+                            );
+                            for i in 0..4 {
+                                let raw = _mm512_loadu_si512(src.add(64 * i) as *const _);
+                                w[i] = _mm512_and_si512(raw, mask);
+                                w[4 + i] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), mask);
+                            }
+                            if !self.fifth.is_empty() {
+                                add_fifth_bits(self.fifth.as_ptr().add((g * nb + b) * FIFTH_BYTES), &mut w);
+                            }
+                            let (d, m) = self.d_m(g * nb + b);
+                            (d, m, _mm512_setzero_si512())
+                        };
                         let lane = self.lanes[b] as usize;
                         let mut r = 0;
                         while r < rows {
@@ -551,11 +574,12 @@ impl AmxTiles {
                             let at_row = (r0 + r) * nb + b;
                             let (xs, ms) = (xq.scales.as_ptr().add(at_row), xq.scaled_sums.as_ptr().add(at_row));
                             let acc = acc.as_mut_ptr().add(r);
+                            let block = Block { w: &w, d, m, offset };
                             r += match rows - r {
-                                1 => scale_rows::<1>(&w, x, n_in, (d, m), (xs, ms, nb), acc, lane),
-                                2 => scale_rows::<2>(&w, x, n_in, (d, m), (xs, ms, nb), acc, lane),
-                                3 => scale_rows::<3>(&w, x, n_in, (d, m), (xs, ms, nb), acc, lane),
-                                _ => scale_rows::<4>(&w, x, n_in, (d, m), (xs, ms, nb), acc, lane),
+                                1 => scale_rows::<1, SIGNED>(block, x, n_in, (xs, ms, nb), acc, lane),
+                                2 => scale_rows::<2, SIGNED>(block, x, n_in, (xs, ms, nb), acc, lane),
+                                3 => scale_rows::<3, SIGNED>(block, x, n_in, (xs, ms, nb), acc, lane),
+                                _ => scale_rows::<4, SIGNED>(block, x, n_in, (xs, ms, nb), acc, lane),
                             };
                         }
                     }
@@ -720,33 +744,48 @@ impl AmxTiles {
     }
 }
 
+/// One block's weights for 16 outputs as [`scale_rows`] takes them: the tile rows `w`, the
+/// outputs' block scales `d` and offsets `m` (4-bit), and 128 · Σ w (Q8_0).
+#[derive(Clone, Copy)]
+struct Block<'a> {
+    w: &'a [__m512i; 8],
+    d: __m512,
+    m: __m512,
+    offset: __m512i,
+}
+
 /// One block of `N` activation rows (quants at `x`, `stride` bytes apart; their scales and scaled
-/// sums at `xs` and `ms`, `nb` apart) against 16 outputs' unpacked weight rows `w` (block scales
-/// `d`, offsets `m`), into each row's accumulator `lane` (rows from `acc`): the integer sums from
-/// 8 `vpdpbusd`s per row, the rows interleaved so that their dependent chains overlap, then
-/// [`AmxTiles::scale`]'s arithmetic step for step. Returns `N`.
+/// sums at `xs` and `ms`, `nb` apart) against 16 outputs' weights, into each row's accumulator
+/// `lane` (rows from `acc`): the integer sums from 8 `vpdpbusd`s per row, the rows interleaved so
+/// that their dependent chains overlap, then [`AmxTiles::scale`]'s arithmetic step for step.
+/// Unsigned (4-bit) weights take the activations as they are; signed (Q8_0) ones are the signed
+/// operand, against the activations + 128. Returns `N`.
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn scale_rows<const N: usize>(
-    w: &[__m512i; 8],
+unsafe fn scale_rows<const N: usize, const SIGNED: bool>(
+    block: Block,
     x: *const i8,
     stride: usize,
-    (d, m): (__m512, __m512),
     (xs, ms, nb): (*const f32, *const f32, usize),
     acc: *mut [__m512; 8],
     lane: usize,
 ) -> usize {
     let mut s = [_mm512_setzero_si512(); N];
-    for (t, &wt) in w.iter().enumerate() {
+    for (t, &wt) in block.w.iter().enumerate() {
         for (j, sj) in s.iter_mut().enumerate() {
             let xt = (x.add(j * stride + 4 * t) as *const i32).read_unaligned();
-            *sj = _mm512_dpbusd_epi32(*sj, wt, _mm512_set1_epi32(xt));
+            *sj = match SIGNED {
+                true => _mm512_dpbusd_epi32(*sj, _mm512_set1_epi32(xt ^ 0x8080_8080u32 as i32), wt),
+                false => _mm512_dpbusd_epi32(*sj, wt, _mm512_set1_epi32(xt)),
+            };
         }
     }
     for (j, &sum) in s.iter().enumerate() {
         let a = &mut (*acc.add(j))[lane];
-        let scaled = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(*xs.add(j * nb))), _mm512_cvtepi32_ps(sum), *a);
-        *a = _mm512_fmadd_ps(m, _mm512_set1_ps(*ms.add(j * nb)), scaled);
+        let sum = if SIGNED { _mm512_sub_epi32(sum, block.offset) } else { sum };
+        let ds = _mm512_mul_ps(block.d, _mm512_set1_ps(*xs.add(j * nb)));
+        let scaled = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(sum), *a);
+        *a = if SIGNED { scaled } else { _mm512_fmadd_ps(block.m, _mm512_set1_ps(*ms.add(j * nb)), scaled) };
     }
     N
 }

@@ -731,14 +731,14 @@ impl RowKernel for Q4Matrix {
     fn prepare(&self, xq: &mut Q8Rows) {
         xq.fill_pairs_for_wide();
         #[cfg(target_os = "linux")]
-        if tiles_for(&self.amx, xq.n_rows, self.n_in).is_some_and(|t| t.takes_amx(xq.n_rows, self.n_in)) {
+        if self.amx.as_ref().is_some_and(|t| t.takes_amx(xq.n_rows, self.n_in)) {
             xq.fill_tile_pairs();
         }
     }
     #[cfg(target_arch = "x86_64")]
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
-        match tiles_for(&self.amx, xq.n_rows, self.n_in) {
+        match &self.amx {
             // SAFETY: the layout exists only where the 512-bit VNNI kernels (and, for the calls
             // it takes, AMX) run; the rest is the caller's.
             Some(tiles) => tiles.rows(self.n_in, outs, xq, y, self.n_out),

@@ -16,26 +16,66 @@ pub struct Q8Matrix {
     /// an i16.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(super) wsum: Vec<i16>,
-    /// The same weights in AMX's tile layout, where this process can run it.
+    /// The same weights in the tile layout where the 512-bit VNNI kernels run (calls take AMX
+    /// where it pays, `vpdpbusd` over the tiles otherwise); a matrix read from a file with whole
+    /// groups of 16 outputs holds only this layout there.
     pub(super) amx: Option<amx::AmxTiles>,
 }
 
 impl Q8Matrix {
     /// The matrices' rows one after another (all with the same `n_in`): one product for several
-    /// projections of the same input.
+    /// projections of the same input. Parts held in tiles alone stack into tiles alone; a mix is
+    /// rebuilt in the row layout.
     pub fn stack(parts: &[&Q8Matrix]) -> Option<Q8Matrix> {
         let n_in = common_width(parts.iter().map(|m| m.n_in))?;
-        Some(Q8Matrix {
-            n_out: parts.iter().map(|m| m.n_out).sum(),
-            n_in,
-            scales: concat(parts.iter().map(|m| &m.scales[..])),
-            quants: concat(parts.iter().map(|m| &m.quants[..])),
-            wsum: concat(parts.iter().map(|m| &m.wsum[..])),
-            amx: amx::AmxTiles::stack(
+        let n_out = parts.iter().map(|m| m.n_out).sum();
+        let tiles = || {
+            amx::AmxTiles::stack(
                 &parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(),
                 &parts.iter().map(|m| m.n_out).collect::<Vec<_>>(),
-            ),
-        })
+            )
+        };
+        match parts.iter().filter(|m| m.tiles_only()).count() {
+            0 => Some(Q8Matrix {
+                n_out,
+                n_in,
+                scales: concat(parts.iter().map(|m| &m.scales[..])),
+                quants: concat(parts.iter().map(|m| &m.quants[..])),
+                wsum: concat(parts.iter().map(|m| &m.wsum[..])),
+                amx: tiles(),
+            }),
+            n if n == parts.len() => Some(Q8Matrix::tiles_alone(n_out, n_in, tiles()?)),
+            _ => {
+                let rows = parts.iter().flat_map(|m| (0..m.n_out).map(move |o| m.plain_row(o)));
+                let (mut scales, mut quants) = (Vec::new(), Vec::new());
+                for (mut w, s) in rows {
+                    interleave_row(&mut w);
+                    quants.extend(w);
+                    scales.extend(s);
+                }
+                Some(Q8Matrix::new(n_out, n_in, scales, quants))
+            }
+        }
+    }
+
+    /// A matrix held in its tile layout alone.
+    fn tiles_alone(n_out: usize, n_in: usize, tiles: amx::AmxTiles) -> Q8Matrix {
+        Q8Matrix { n_out, n_in, scales: Vec::new(), quants: Vec::new(), wsum: Vec::new(), amx: Some(tiles) }
+    }
+
+    /// Whether the matrix is held in its tile layout alone (every call runs on the tiles).
+    pub fn tiles_only(&self) -> bool {
+        self.quants.is_empty() && self.n_out > 0 && self.n_in > 0
+    }
+
+    /// Output `o`'s weights in plain order and its block scales, from whichever layout holds them.
+    pub(super) fn plain_row(&self, o: usize) -> (Vec<i8>, Vec<f32>) {
+        let (n_in, nb) = (self.n_in, self.n_in / BLOCK);
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        if let (true, Some(tiles)) = (self.tiles_only(), &self.amx) {
+            return tiles.q8_row(o, n_in);
+        }
+        (deinterleave_row(&self.quants[o * n_in..(o + 1) * n_in]), self.scales[o * nb..(o + 1) * nb].to_vec())
     }
 
     /// From scales and interleaved quants; computes the block sums.
@@ -54,9 +94,21 @@ impl Q8Matrix {
         Q8Matrix { n_out, n_in, scales, quants, wsum, amx }
     }
 
-    /// Only the given rows, in that order (a vocabulary head restricted to some tokens).
+    /// Only the given rows, in that order (a vocabulary head restricted to some tokens), from
+    /// whichever layout holds them.
     pub fn select_rows(&self, rows: &[u32]) -> Option<Q8Matrix> {
         let nb = self.n_in / BLOCK;
+        if self.tiles_only() {
+            let (mut scales, mut quants) =
+                (Vec::with_capacity(rows.len() * nb), Vec::with_capacity(rows.len() * self.n_in));
+            for &r in rows {
+                let (mut w, s) = self.plain_row(((r as usize) < self.n_out).then_some(r as usize)?);
+                interleave_row(&mut w);
+                quants.extend(w);
+                scales.extend(s);
+            }
+            return Some(Q8Matrix::new(rows.len(), self.n_in, scales, quants));
+        }
         Some(Q8Matrix {
             n_out: rows.len(),
             n_in: self.n_in,
@@ -78,14 +130,37 @@ impl Q8Matrix {
 
     /// Repack GGML Q8_0 bytes (as in a GGUF file or candle's QTensor) for `(n_out, n_in)`.
     pub fn from_ggml_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q8Matrix> {
-        if !n_in.is_multiple_of(BLOCK) || bytes.len() != n_out * n_in / BLOCK * GGML_Q8_0_BYTES {
+        Self::from_file(bytes, n_out, n_in, true)
+    }
+
+    /// GGML Q8_0 bytes in the tile layout alone where that holds every output and `rows` is
+    /// false (so the load never holds the weights twice), else as [`Q8Matrix::from_ggml_bytes`].
+    pub fn from_file(bytes: &[u8], n_out: usize, n_in: usize, rows: bool) -> Option<Q8Matrix> {
+        if !n_in.is_multiple_of(BLOCK) || bytes.len() != n_out.checked_mul(n_in / BLOCK * GGML_Q8_0_BYTES)? {
             return None;
         }
-        let n_blocks = n_out * n_in / BLOCK;
-        let mut scales = Vec::with_capacity(n_blocks);
+        let scales: Vec<f32> = bytes
+            .chunks_exact(GGML_Q8_0_BYTES)
+            .map(|blk| half::f16::from_le_bytes([blk[0], blk[1]]).to_f32())
+            .collect();
+        if !rows && n_out.is_multiple_of(16) && n_in > 0 {
+            let row_bytes = n_in / BLOCK * GGML_Q8_0_BYTES;
+            let plain_row = |o: usize| -> Vec<i8> {
+                bytes[o * row_bytes..][..row_bytes]
+                    .chunks_exact(GGML_Q8_0_BYTES)
+                    .flat_map(|b| &b[2..])
+                    .map(|&q| q as i8)
+                    .collect()
+            };
+            #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+            if let Some(tiles) = amx::AmxTiles::from_q8(n_out, n_in, &scales, plain_row).filter(|t| t.covers(n_out)) {
+                return Some(Q8Matrix::tiles_alone(n_out, n_in, tiles));
+            }
+            #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+            let _ = plain_row;
+        }
         let mut quants = Vec::with_capacity(n_out * n_in);
         for blk in bytes.chunks_exact(GGML_Q8_0_BYTES) {
-            scales.push(half::f16::from_le_bytes([blk[0], blk[1]]).to_f32());
             quants.extend(blk[2..].iter().map(|&b| b as i8));
         }
         if n_in > 0 {
@@ -94,15 +169,18 @@ impl Q8Matrix {
         Some(Q8Matrix::new(n_out, n_in, scales, quants))
     }
 
-    /// `x` is row-major `(n_rows, n_in)`; returns row-major `(n_rows, n_out)`.
     /// Bytes held (the AMX copy included).
     pub fn bytes(&self) -> usize {
         4 * self.scales.len() + self.quants.len() + 2 * self.wsum.len() + self.amx.as_ref().map_or(0, |a| a.bytes())
     }
 
-    /// Bytes of the AMX tile copy alone (0 where the CPU has no AMX or the path is off).
+    /// Bytes of the tile layout where it is a second copy beside the row layout (0 where the
+    /// tiles are the only one, or there are none).
     pub fn tile_bytes(&self) -> usize {
-        self.amx.as_ref().map_or(0, |a| a.bytes())
+        match self.tiles_only() {
+            true => 0,
+            false => self.amx.as_ref().map_or(0, |a| a.bytes()),
+        }
     }
 
     pub fn matmul(&self, x: &[f32], n_rows: usize) -> Vec<f32> {
@@ -113,14 +191,14 @@ impl Q8Matrix {
     pub(super) fn rows_portable(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
         let nb = self.n_in / BLOCK;
         for (i, o) in outs.enumerate() {
-            let w_row = deinterleave_row(&self.quants[o * self.n_in..(o + 1) * self.n_in]);
+            let (w_row, scales) = self.plain_row(o);
             for r in 0..xq.n_rows {
                 let mut acc = 0f32;
                 for b in 0..nb {
                     let w = &w_row[b * BLOCK..][..BLOCK];
                     let x = &xq.quants[r * self.n_in + b * BLOCK..][..BLOCK];
                     let s: i32 = w.iter().zip(x).map(|(&a, &c)| a as i32 * c as i32).sum();
-                    acc += self.scales[o * nb + b] * xq.scales[r * nb + b] * s as f32;
+                    acc += scales[b] * xq.scales[r * nb + b] * s as f32;
                 }
                 local[i * xq.n_rows + r] = acc;
             }
@@ -416,13 +494,13 @@ impl RowKernel for Q8Matrix {
     fn prepare(&self, xq: &mut Q8Rows) {
         xq.fill_unsigned_for_vnni();
         #[cfg(target_os = "linux")]
-        if tiles_for(&self.amx, xq.n_rows, self.n_in).is_some() {
+        if self.amx.as_ref().is_some_and(|t| t.takes_amx(xq.n_rows, self.n_in)) {
             xq.fill_tile_pairs();
         }
     }
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
-        match tiles_for(&self.amx, xq.n_rows, self.n_in) {
+        match &self.amx {
             // SAFETY: the layout exists only where `amx::available()`; the rest is the caller's.
             Some(tiles) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
             None => 0,

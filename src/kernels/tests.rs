@@ -257,14 +257,10 @@ fn tiles_equal_the_vnni_kernel() {
     assert!(Q4Matrix::stack(&parts.iter().collect::<Vec<_>>()).unwrap().amx.is_some());
     let odd = Q4Matrix::from_ggml_bytes(&q4_1_bytes(20, 576, 43), 20, 576, true).unwrap();
     assert!(Q4Matrix::stack(&[&parts[0], &odd]).unwrap().amx.is_none());
-    // Q8_0 the same way (signed tiles, no offset term), with AMX only.
-    if !amx::available() {
-        assert!(Q8Matrix::from_f32(&pseudo_random(64 * 576, 33), 64, 576).unwrap().amx.is_none());
-        return;
-    }
+    // Q8_0 the same way (signed tiles, no offset term).
     for (n_out, n_in) in [(64, 576), (48, 1536), (35, 480), (32, 64), (16, 32), (67, 192)] {
         let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 33), n_out, n_in).unwrap();
-        let tiles = q8.amx.as_ref().expect("AMX layout where AMX is available");
+        let tiles = q8.amx.as_ref().expect("a signed tile layout where 512-bit VNNI runs");
         for n_rows in [1, 2, 3, 5, 9, 16, 17, 33] {
             let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 34 + n_rows as u64), n_rows, n_in);
             xq.fill_unsigned_for_vnni();
@@ -535,4 +531,57 @@ fn a_matrix_without_its_row_layout_gives_the_same_results() {
     let mut odd = Q4Matrix::from_ggml_bytes(&q4_1_bytes(20, 576, 54), 20, 576, true).unwrap();
     odd.drop_row_layout();
     assert!(!odd.tiles_only());
+}
+
+/// A Q8_0 matrix read straight into its tiles gives the row layout's results bit for bit, its rows
+/// and selected rows read back from the tiles, and stacks with tiles or rows beside it.
+#[test]
+fn a_q8_matrix_in_tiles_alone_gives_the_same_results() {
+    use candle_core::quantized::GgmlDType;
+    let (n_out, n_in) = (48, 576);
+    let bytes = ggml_bytes(n_out, n_in, 55, GgmlDType::Q8_0);
+    let full = Q8Matrix::from_ggml_bytes(&bytes, n_out, n_in).unwrap();
+    let loaded = Q8Matrix::from_file(&bytes, n_out, n_in, false).unwrap();
+    assert!(!full.tiles_only());
+    if !(amx::available() || amx::vnni_tiles()) {
+        eprintln!("no tile layout here: the rows are kept");
+        assert!(!loaded.tiles_only());
+        return;
+    }
+    assert!(loaded.tiles_only() && loaded.tile_bytes() == 0);
+    assert!(loaded.bytes() < full.bytes() * 6 / 10, "{} vs {} bytes", loaded.bytes(), full.bytes());
+    for n_rows in [1, 2, 5, 9, 16, 17] {
+        let x = pseudo_random(n_rows * n_in, 56 + n_rows as u64);
+        assert_eq!(output_bits_of(&full.matmul(&x, n_rows)), output_bits_of(&loaded.matmul(&x, n_rows)), "{n_rows}");
+    }
+    let xq = quantize_rows(&pseudo_random(3 * n_in, 57), 3, n_in);
+    let (mut a, mut b) = (vec![0f32; n_out * 3], vec![0f32; n_out * 3]);
+    full.rows_portable(0..n_out, &xq, &mut a);
+    loaded.rows_portable(0..n_out, &xq, &mut b);
+    assert_eq!(a, b, "portable results from the tiles");
+    let (mut ra, mut rb) = (vec![0f32; n_in], vec![0f32; n_in]);
+    for o in [0, 17, n_out - 1] {
+        full.row_f32(o, &mut ra);
+        loaded.row_f32(o, &mut rb);
+        assert_eq!(ra, rb, "row {o} read back from the tiles");
+    }
+    let x = pseudo_random(4 * n_in, 58);
+    let pick = [47, 0, 16, 16, 5];
+    let (from_rows, from_tiles) = (full.select_rows(&pick).unwrap(), loaded.select_rows(&pick).unwrap());
+    assert_eq!(from_rows.matmul(&x, 4), from_tiles.matmul(&x, 4), "rows selected from the tiles");
+    assert!(loaded.select_rows(&[48]).is_none());
+    let y = full.matmul(&x, 4);
+    for (parts, tiles_only) in [(vec![&loaded, &loaded], true), (vec![&loaded, &full], false)] {
+        let stacked = Q8Matrix::stack(&parts).unwrap();
+        assert_eq!(stacked.tiles_only(), tiles_only);
+        let z = stacked.matmul(&x, 4);
+        for r in 0..4 {
+            let (two, one) = (&z[r * 2 * n_out..(r + 1) * 2 * n_out], &y[r * n_out..(r + 1) * n_out]);
+            assert_eq!(output_bits_of(&two[..n_out]), output_bits_of(one));
+            assert_eq!(output_bits_of(&two[n_out..]), output_bits_of(one));
+        }
+    }
+    // A partial group of outputs keeps the rows.
+    let odd = ggml_bytes(20, n_in, 59, GgmlDType::Q8_0);
+    assert!(!Q8Matrix::from_file(&odd, 20, n_in, false).unwrap().tiles_only());
 }

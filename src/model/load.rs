@@ -261,7 +261,7 @@ impl<'d> WeightPlan<'d> {
 
     /// One matrix converted as planned, in the project's kernel layout where one runs it; `rows`:
     /// a 4- or 5-bit matrix keeps its row layout (to select rows from it) even where the tile
-    /// layout holds every output. (Q6_K rows are selected from the tiles.)
+    /// layout holds every output. (Q8_0 and Q6_K rows are selected from the tiles.)
     fn linear(&self, qt: QTensor, bias: Option<Tensor>, rows: bool) -> Result<Linear> {
         let file_dtype = qt.dtype();
         let target = match self.format {
@@ -277,7 +277,7 @@ impl<'d> WeightPlan<'d> {
                 };
                 let packed = match q.dtype() {
                     GgmlDType::Q8_0 => {
-                        Q8Matrix::from_ggml_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ8(m.into()))
+                        Q8Matrix::from_file(&q.data()?, n_out, n_in, false).map(|m| Weights::BatchedQ8(m.into()))
                     }
                     GgmlDType::Q4_1 => q4(Q4File::Blocks(SmallBlocks::Q4_1))?,
                     GgmlDType::Q4_0 => q4(Q4File::Blocks(SmallBlocks::Q4_0))?,
