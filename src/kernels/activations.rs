@@ -15,6 +15,10 @@ pub(super) struct Q8Rows {
     /// [`Q8Matrix::wsum`]); filled only when the VNNI kernels will read it.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(super) quants_u8: Vec<u8>,
+    /// `quants + 128` as unsigned bytes in plain order, for `vpdpbusd` over Q8_0's signed tiles;
+    /// filled only when those will read it.
+    #[cfg_attr(not(all(target_arch = "x86_64", target_os = "linux")), allow(dead_code))]
+    pub(super) plain_u8: Vec<u8>,
     /// `quants_il` with the vectors of each whole chunk of 8 blocks in the order 0 2 1 3 4 6 5 7,
     /// for the 512-bit 4-bit kernel (see [`pair_vectors`]); filled only when it will read it.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -134,6 +138,7 @@ pub(super) fn finish_rows(
         quants,
         quants_il,
         quants_u8: Vec::new(),
+        plain_u8: Vec::new(),
         quants_pair: Vec::new(),
         tile_pairs: Vec::new(),
         scaled_sums,
@@ -148,6 +153,14 @@ impl Q8Rows {
     pub(super) fn fill_unsigned_for_vnni(&mut self) {
         if self.n_rows > 1 && use_vnni() {
             self.quants_u8 = self.quants_il.iter().map(|&q| (q as u8) ^ 0x80).collect();
+        }
+    }
+
+    /// Fill `plain_u8` (see there).
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    pub(super) fn fill_plain_unsigned(&mut self) {
+        if self.plain_u8.is_empty() {
+            self.plain_u8 = self.quants.iter().map(|&q| (q as u8) ^ 0x80).collect();
         }
     }
 

@@ -439,8 +439,9 @@ impl AmxTiles {
     /// does not start a group).
     ///
     /// Safety: the layout exists, so the 512-bit VNNI kernels run (AVX-512 F, BW and VNNI), and
-    /// AMX is [`available`] where [`AmxTiles::takes_amx`] says the call takes it; `y` holds
-    /// `xq.n_rows · n_out` floats, and nothing else writes these outputs' columns meanwhile.
+    /// AMX is [`available`] where [`AmxTiles::takes_amx`] says the call takes it; for Q8_0 calls
+    /// that AMX does not take, `xq` holds its [`Q8Rows::plain_u8`]; `y` holds `xq.n_rows · n_out`
+    /// floats, and nothing else writes these outputs' columns meanwhile.
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
     pub(super) unsafe fn rows(
         &self,
@@ -509,8 +510,8 @@ impl AmxTiles {
     /// sums from 8 `vpdpbusd`s per row (a tile row of weights against 4 activations broadcast).
     /// The float work per block is then shared by 16 outputs, where the row kernel does it per
     /// output; the weights of a block are unpacked once for up to 16 rows. Q8_0 (`SIGNED`): the
-    /// activations are offset by +128 to be the unsigned operand, and 128 · Σ w, summed once per
-    /// block for all rows, is taken off again (exact in i32).
+    /// activations + 128 ([`Q8Rows::plain_u8`], filled by the caller) are the unsigned operand,
+    /// and 128 · Σ w, summed once per block for all rows, is taken off again (exact in i32).
     ///
     /// Safety: as [`AmxTiles::rows`], and the CPU has AVX-512 VNNI.
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
@@ -523,6 +524,7 @@ impl AmxTiles {
         n_out: usize,
     ) -> usize {
         let Some((g0, g1, nb)) = self.whole_groups(&outs, n_in, xq.n_rows) else { return 0 };
+        debug_assert!(!SIGNED || xq.plain_u8.len() == xq.n_rows * n_in, "Q8_0 tiles read the activations + 128");
         SCRATCH.with_borrow_mut(|work| {
             let acc = &mut work.acc;
             let (mask, ones) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(1));
@@ -570,7 +572,12 @@ impl AmxTiles {
                         let lane = self.lanes[b] as usize;
                         let mut r = 0;
                         while r < rows {
-                            let x = xq.quants.as_ptr().add((r0 + r) * n_in + b * BLOCK);
+                            // Q8_0 reads the activations + 128 ([`Q8Rows::plain_u8`]).
+                            let x = match SIGNED {
+                                true => xq.plain_u8.as_ptr() as *const i8,
+                                false => xq.quants.as_ptr(),
+                            }
+                            .add((r0 + r) * n_in + b * BLOCK);
                             let at_row = (r0 + r) * nb + b;
                             let (xs, ms) = (xq.scales.as_ptr().add(at_row), xq.scaled_sums.as_ptr().add(at_row));
                             let acc = acc.as_mut_ptr().add(r);
@@ -759,7 +766,8 @@ struct Block<'a> {
 /// `lane` (rows from `acc`): the integer sums from 8 `vpdpbusd`s per row, the rows interleaved so
 /// that their dependent chains overlap, then [`AmxTiles::scale`]'s arithmetic step for step.
 /// Unsigned (4-bit) weights take the activations as they are; signed (Q8_0) ones are the signed
-/// operand, against the activations + 128. Returns `N`.
+/// operand, against the activations + 128 (`x` then points into [`Q8Rows::plain_u8`]). Returns
+/// `N`.
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn scale_rows<const N: usize, const SIGNED: bool>(
@@ -775,7 +783,7 @@ unsafe fn scale_rows<const N: usize, const SIGNED: bool>(
         for (j, sj) in s.iter_mut().enumerate() {
             let xt = (x.add(j * stride + 4 * t) as *const i32).read_unaligned();
             *sj = match SIGNED {
-                true => _mm512_dpbusd_epi32(*sj, _mm512_set1_epi32(xt ^ 0x8080_8080u32 as i32), wt),
+                true => _mm512_dpbusd_epi32(*sj, _mm512_set1_epi32(xt), wt),
                 false => _mm512_dpbusd_epi32(*sj, wt, _mm512_set1_epi32(xt)),
             };
         }

@@ -492,10 +492,14 @@ impl RowKernel for Q8Matrix {
     }
     #[cfg(target_arch = "x86_64")]
     fn prepare(&self, xq: &mut Q8Rows) {
-        xq.fill_unsigned_for_vnni();
+        if !self.tiles_only() {
+            xq.fill_unsigned_for_vnni();
+        }
         #[cfg(target_os = "linux")]
-        if self.amx.as_ref().is_some_and(|t| t.takes_amx(xq.n_rows, self.n_in)) {
-            xq.fill_tile_pairs();
+        match &self.amx {
+            Some(t) if t.takes_amx(xq.n_rows, self.n_in) => xq.fill_tile_pairs(),
+            Some(_) => xq.fill_plain_unsigned(),
+            None => {}
         }
     }
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]

@@ -264,6 +264,7 @@ fn tiles_equal_the_vnni_kernel() {
         for n_rows in [1, 2, 3, 5, 9, 16, 17, 33] {
             let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 34 + n_rows as u64), n_rows, n_in);
             xq.fill_unsigned_for_vnni();
+            xq.fill_plain_unsigned();
             let mut vnni = vec![0f32; n_out * n_rows];
             // SAFETY: as above.
             unsafe { q8.rows_vnni512(0..n_out, &xq, &mut vnni) };
