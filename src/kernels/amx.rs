@@ -637,9 +637,7 @@ impl AmxTiles {
     /// The whole groups of 16 outputs a call over `outs` does, and the blocks per row: none where
     /// `outs` does not start a group, or there is nothing to do.
     fn whole_groups(&self, outs: &std::ops::Range<usize>, n_in: usize, n_rows: usize) -> Option<(usize, usize, usize)> {
-        let (g0, g1) = (outs.start / TILE_OUTS, (outs.end / TILE_OUTS).min(self.groups));
-        let nb = n_in / BLOCK;
-        (outs.start.is_multiple_of(TILE_OUTS) && g1 > g0 && n_rows > 0 && nb > 0).then_some((g0, g1, nb))
+        whole_groups(outs, self.groups, n_in, n_rows)
     }
 
     /// Block `gb % nb` of group `gb / nb` as stored.
@@ -751,6 +749,25 @@ impl AmxTiles {
     }
 }
 
+/// The whole groups of 16 outputs (of a layout's `groups`) a call over `outs` does, and the blocks
+/// per row: none where `outs` does not start a group, or there is nothing to do.
+pub(super) fn whole_groups(
+    outs: &std::ops::Range<usize>,
+    groups: usize,
+    n_in: usize,
+    n_rows: usize,
+) -> Option<(usize, usize, usize)> {
+    let (g0, g1) = (outs.start / TILE_OUTS, (outs.end / TILE_OUTS).min(groups));
+    let nb = n_in / BLOCK;
+    (outs.start.is_multiple_of(TILE_OUTS) && g1 > g0 && n_rows > 0 && nb > 0).then_some((g0, g1, nb))
+}
+
+/// `f` with this thread's accumulators (up to 16 rows × 8 lanes for 16 outputs), kept between
+/// calls.
+pub(super) fn with_accumulators<R>(f: impl FnOnce(&mut Accumulators) -> R) -> R {
+    SCRATCH.with_borrow_mut(|work| f(&mut work.acc))
+}
+
 /// One block's weights for 16 outputs as [`scale_rows`] takes them: the tile rows `w`, the
 /// outputs' block scales `d` and offsets `m` (4-bit), and 128 · Σ w (Q8_0).
 #[derive(Clone, Copy)]
@@ -857,7 +874,7 @@ pub(super) const MAX_PAIR_ROWS: usize = TILE_ROWS / 2;
 /// Two tiles of 32-bit sums (16 rows of 16 outputs), taking turns.
 type Sums = Aligned<[[i32; TILE_ROWS * TILE_OUTS]; 2]>;
 /// Per activation row, the 8 lanes' accumulators for 16 outputs.
-type Accumulators = [[__m512; 8]; TILE_ROWS];
+pub(super) type Accumulators = [[__m512; 8]; TILE_ROWS];
 
 struct Work {
     /// Unpacked weight tiles, a ring of [`RING`].

@@ -19,7 +19,8 @@ use super::{BLOCK, GROUP_BLOCKS};
 
 /// Outputs per tile.
 const TILE_OUTS: usize = 16;
-/// Activation rows whose accumulators a call keeps per group of outputs.
+/// Activation rows whose accumulators a call keeps per group of outputs (the tile rows of
+/// [`super::amx`]).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 const TILE_ROWS: usize = 16;
 /// Bytes per group and block: the low nibbles (two weights per byte) and the top 2 bits (four
@@ -143,7 +144,7 @@ impl Q6Tiles {
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod kernel {
-    use super::super::{prefetch_ahead, Q8Rows, PREFETCH_BYTES};
+    use super::super::{amx, prefetch_ahead, Q8Rows, PREFETCH_BYTES};
     use super::*;
     use std::arch::x86_64::*;
 
@@ -165,14 +166,26 @@ mod kernel {
             y: *mut f32,
             n_out: usize,
         ) -> usize {
-            let (g0, g1) = (outs.start / TILE_OUTS, (outs.end / TILE_OUTS).min(self.groups));
-            let (nb, ns, nh) = (n_in / BLOCK, n_in / QK_K, n_in / 16);
-            if !outs.start.is_multiple_of(TILE_OUTS) || g1 <= g0 || xq.n_rows == 0 || ns == 0 {
-                return 0;
-            }
+            let Some((g0, g1, nb)) = amx::whole_groups(&outs, self.groups, n_in, xq.n_rows) else { return 0 };
+            let (ns, nh) = (n_in / QK_K, n_in / 16);
             debug_assert_eq!(xq.half_sums.len(), xq.n_rows * nh);
-            let mut acc = std::mem::MaybeUninit::<[[__m512; 8]; TILE_ROWS]>::uninit();
-            let acc = acc.as_mut_ptr() as *mut [__m512; 8];
+            amx::with_accumulators(|acc| self.rows_into(acc, (g0, g1, nb, ns, nh), n_in, xq, y, n_out));
+            (g1 - g0) * TILE_OUTS
+        }
+
+        /// [`Q6Tiles::rows`]' groups `g0..g1` with the accumulators `acc`.
+        #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn rows_into(
+            &self,
+            acc: &mut amx::Accumulators,
+            (g0, g1, nb, ns, nh): (usize, usize, usize, usize, usize),
+            n_in: usize,
+            xq: &Q8Rows,
+            y: *mut f32,
+            n_out: usize,
+        ) {
+            let acc = acc.as_mut_ptr();
             let (m4, m30) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
             for r0 in (0..xq.n_rows).step_by(TILE_ROWS) {
                 let rows = (xq.n_rows - r0).min(TILE_ROWS);
@@ -230,11 +243,10 @@ mod kernel {
                         }
                     }
                     for r in 0..rows {
-                        super::super::amx::store_lanes(&*acc.add(r), y.add((r0 + r) * n_out + g * TILE_OUTS));
+                        amx::store_lanes(&*acc.add(r), y.add((r0 + r) * n_out + g * TILE_OUTS));
                     }
                 }
             }
-            (g1 - g0) * TILE_OUTS
         }
     }
 
