@@ -28,8 +28,9 @@ pub fn load_model_with(
     device: &Device,
     options: &EngineOptions,
 ) -> Result<LoadedModel> {
-    let file = ModelFile::open(path)?;
+    let mut file = ModelFile::open(path)?;
     let tokenizer = Arc::new(TextTokenizer::from_model_file(&file)?);
+    file.drop_tokenizer_lists();
     load_file(&file, tokenizer, format, device, options)
 }
 
@@ -115,9 +116,10 @@ impl Engine {
             Some(p) => p.clone(),
             None => models::ensure_default_target(&mut |p| progress(LoadStep::Fetch(p)))?,
         };
-        let file = ModelFile::open(&target_path)?;
+        let mut file = ModelFile::open(&target_path)?;
         let tokenizer = Arc::new(TextTokenizer::from_model_file(&file)?);
         let target_digest = crate::tokenizer::source_digest(&file);
+        file.drop_tokenizer_lists();
         progress(LoadStep::Checked);
         let device = crate::model::default_device();
         if let Some(note) = crate::model::device_note() {
@@ -138,8 +140,9 @@ impl Engine {
             None => Ok(None),
             Some(path) => path.and_then(|p| {
                 progress(LoadStep::Loading(&p));
-                let dfile = ModelFile::open(&p)?;
+                let mut dfile = ModelFile::open(&p)?;
                 let tokenizer = draft_tokenizer(&dfile, &target, target_digest)?;
+                dfile.drop_tokenizer_lists();
                 let d = load_file(&dfile, tokenizer, choice.weights, &device, options)?;
                 crate::generate::check_vocab(&target, &d)?;
                 Ok(Some(d))

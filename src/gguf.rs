@@ -92,6 +92,17 @@ pub struct ModelInfo {
 }
 
 impl ModelFile {
+    /// Drop the tokenizer's token, merge, type and score lists from the metadata (several MB for
+    /// a vocabulary of 49,152 tokens) once the tokenizer is built and its digest taken, so that
+    /// they are not held while the weights load.
+    pub fn drop_tokenizer_lists(&mut self) {
+        for key in
+            ["tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type", "tokenizer.ggml.scores"]
+        {
+            self.content.metadata.remove(key);
+        }
+    }
+
     pub fn open(path: &Path) -> Result<ModelFile> {
         if !path.is_file() {
             return Err(EngineError::ModelNotFound { path: path.to_path_buf() });

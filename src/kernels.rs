@@ -54,9 +54,6 @@ mod amx {
         pub(super) fn covers(&self, _: usize) -> bool {
             false
         }
-        pub(super) fn q8_row(&self, _: usize, _: usize) -> (Vec<i8>, Vec<f32>) {
-            (Vec::new(), Vec::new())
-        }
     }
     pub(super) fn vnni_tiles() -> bool {
         false

@@ -15,7 +15,7 @@
 #![cfg_attr(not(all(target_arch = "x86_64", target_os = "linux")), allow(dead_code))]
 
 use super::kquants::QK_K;
-use super::{BLOCK, GROUP_BLOCKS};
+use super::BLOCK;
 
 /// Outputs per tile.
 const TILE_OUTS: usize = 16;
@@ -144,7 +144,7 @@ impl Q6Tiles {
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod kernel {
-    use super::super::{amx, prefetch_ahead, Q8Rows, PREFETCH_BYTES};
+    use super::super::{amx, prefetch_ahead, Q8Rows, GROUP_BLOCKS, PREFETCH_BYTES};
     use super::*;
     use std::arch::x86_64::*;
 

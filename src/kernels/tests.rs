@@ -9,13 +9,14 @@ pub(super) fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// The bits of the `len` outputs a kernel call `f` writes, for comparing paths exactly.
-#[cfg(target_arch = "x86_64")]
 /// The values' bits, to compare results exactly.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn output_bits_of(v: &[f32]) -> Vec<u32> {
     v.iter().map(|v| v.to_bits()).collect()
 }
 
+/// The bits of the `len` outputs a kernel call `f` writes, for comparing paths exactly.
+#[cfg(target_arch = "x86_64")]
 pub(super) fn output_bits(len: usize, f: &dyn Fn(&mut [f32])) -> Vec<u32> {
     let mut out = vec![0f32; len];
     f(&mut out);
@@ -184,8 +185,8 @@ fn assert_tiles_give(tiles: &amx::AmxTiles, xq: &mut Q8Rows, vnni: &[f32], n_out
 /// Where this process runs the 512-bit VNNI kernels, the tile path (AMX where the CPU has it,
 /// else the tiles' 16-output blocks with `vpdpbusd`) gives the row kernel's results bit for bit,
 /// for any number of rows (one tile of up to 16, or several), for whole groups of 16 outputs (the
-/// rest go to the row kernel), for the chunk shapes of every width, and for Q4_0, Q4_1 and Q4_K.
-/// Q8_0 has tiles only with AMX.
+/// rest go to the row kernel), for the chunk shapes of every width, and for Q4_0, Q4_1, Q4_K, the
+/// 5-bit formats and Q8_0.
 #[test]
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn tiles_equal_the_vnni_kernel() {
@@ -537,6 +538,7 @@ fn a_matrix_without_its_row_layout_gives_the_same_results() {
 /// A Q8_0 matrix read straight into its tiles gives the row layout's results bit for bit, its rows
 /// and selected rows read back from the tiles, and stacks with tiles or rows beside it.
 #[test]
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn a_q8_matrix_in_tiles_alone_gives_the_same_results() {
     use candle_core::quantized::GgmlDType;
     let (n_out, n_in) = (48, 576);
