@@ -11,10 +11,11 @@
 //! product is an exact integer sum times the two scales. Per (row, block) the arithmetic is the
 //! same whatever the number of rows, so a batched result equals the single-row result exactly.
 //!
-//! Paths on x86-64: AVX2, AVX-512 VNNI (256- and 512-bit) and, on Linux with Intel AMX, tile
-//! multiplies for calls of several rows ([`amx`]). They give the same results bit for bit: the
-//! integer block sums are exact in each, and each adds the scaled sums in one order (lane i of a
-//! chunk of blocks takes block i, then the 8 lanes are summed as `hsum256` does). The portable
+//! Paths on x86-64: AVX2, AVX-512 VNNI (256- and 512-bit) and, where the 512-bit VNNI kernels run
+//! on Linux, the 16-output tile layout of every format ([`amx`], `q6_tiles`): `vpdpbusd` over the
+//! tiles, and Intel AMX tile multiplies for calls of several rows. They give the same results bit
+//! for bit: the integer block sums are exact in each, and each adds the scaled sums in one order
+//! (lane i of a chunk of blocks takes block i, then the 8 lanes are summed as `hsum256` does). The portable
 //! path (and NEON's on Arm) adds block by block; tests hold it to the SIMD results within 1e-3.
 
 // The kernels walk several arrays (rows, blocks, lanes) with one counter.
@@ -22,7 +23,7 @@
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod amx;
-/// Without AMX there is no tile layout to build.
+/// Off Linux on x86-64 there is no tile layout to build.
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 mod amx {
     #[derive(Debug, Clone)]

@@ -101,7 +101,8 @@ impl Linear {
         }
     }
 
-    /// Bytes of the AMX tile copy the kernels keep beside the weights (0 elsewhere).
+    /// Bytes of a tile layout the kernels keep beside the row layout (0 where the tiles are the
+    /// only copy, or there are none).
     fn tile_bytes(&self) -> usize {
         match &self.w {
             Weights::BatchedQ8(m) => m.tile_bytes(),
@@ -323,8 +324,8 @@ impl Transformer {
         (weights, c.n_layer * 2 * c.n_kv_head * c.head_dim * std::mem::size_of::<f32>())
     }
 
-    /// Of [`Transformer::memory`]'s weights, the bytes of the AMX tile copies (0 on CPUs without
-    /// AMX, or with the `noamx` kernel path).
+    /// Of [`Transformer::memory`]'s weights, the bytes of tile layouts held beside row layouts (a
+    /// 4- or 5-bit head's; 0 without the 512-bit VNNI kernels, or with the `notiles` path).
     pub fn tile_memory(&self) -> usize {
         self.sum_over_matrices(Linear::tile_bytes)
     }

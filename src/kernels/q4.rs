@@ -35,8 +35,8 @@ pub struct Q4Matrix {
     /// The 5-bit formats' fifth bits, `high_row_bytes(n_in)` per row ([`pack_high_row`]); empty
     /// for the 4-bit ones.
     pub(super) high: Vec<u8>,
-    /// The same weights in AMX's tile layout, where this process can run it (calls of
-    /// `min_rows` rows or more take it).
+    /// The same weights in the tile layout where the 512-bit VNNI kernels run (calls take AMX
+    /// where it pays, `vpdpbusd` over the tiles otherwise).
     pub(super) amx: Option<amx::AmxTiles>,
 }
 
@@ -246,7 +246,7 @@ impl Q4Matrix {
         Some(Self::with_rows(n_out, n_in, scales, amx, five, rows, quants_row))
     }
 
-    /// Bytes held (the AMX copy included).
+    /// Bytes held (the tiles included).
     pub fn bytes(&self) -> usize {
         let scales = match &self.scales {
             Scales::Block { d, m } => 2 * (d.len() + m.len()),

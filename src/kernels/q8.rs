@@ -169,7 +169,7 @@ impl Q8Matrix {
         Some(Q8Matrix::new(n_out, n_in, scales, quants))
     }
 
-    /// Bytes held (the AMX copy included).
+    /// Bytes held (the tiles included).
     pub fn bytes(&self) -> usize {
         4 * self.scales.len() + self.quants.len() + 2 * self.wsum.len() + self.amx.as_ref().map_or(0, |a| a.bytes())
     }
