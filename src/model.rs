@@ -72,8 +72,10 @@ struct Linear {
 }
 
 impl Linear {
-    /// A 4-bit matrix keeps only its tile layout where that runs every call
-    /// ([`Q4Matrix::drop_row_layout`]); layers' matrices, whose rows are never selected.
+    /// A 4-, 5- or 6-bit matrix keeps only its tile layout where that runs every call
+    /// ([`Q4Matrix::drop_row_layout`]); for layers' matrices, whose rows are never selected. Those
+    /// are read straight into tiles where the tiles hold every output, so this matters for a stack
+    /// of parts that were not (a Q6_K stack whose parts have partial groups).
     fn drop_row_layout(&mut self) {
         match &mut self.w {
             Weights::BatchedQ4(m) => {
