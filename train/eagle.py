@@ -10,14 +10,15 @@ embedding of the token x_{t+1} that follows, and predicts f_{t+1}; the target's 
 prediction into the draft distribution q for x_{t+2}:
 
     h = fc([embed(x_{t+1}), f_t])            fc: 2d -> d, no bias
-    h = LlamaBlock(h)                        one block of the target's shape (causal attention)
+    h = LlamaBlock(h)                        one block of the target's shape (--blocks: more)
     f^_{t+1} = RMSNorm(h);  q = softmax(head(f^_{t+1}) / T)
 
 Drafting k tokens chains it: after the first step the input feature is its own prediction. Training
-unrolls two steps ("training-time test"): pass 1 reads the target's features, pass 2 reads pass 1's
-predictions, and both are scored (KL at T=1 + TV at T=0.7 against the target's distributions, plus a
-smooth-L1 pull of the predicted features towards the target's). The block starts random (or as the
-target's last block with --init_last_block 1, or from an earlier run with --init_from); embedding and
+unrolls --unroll steps, two by default ("training-time test"): pass 1 reads the target's features,
+pass 2 reads pass 1's predictions, and so on, each scored (KL at T=1 + TV at T=0.7 against the
+target's distributions, plus a smooth-L1 pull of pass 1's features towards the target's). The block
+starts random (or as the target's last block with --init_last_block 1, or from an earlier run with
+--init_from or an exported file with --init_gguf); embedding and
 head are the target's, frozen, and not part of the exported file (Mentor Lab lends them at load).
 --taps 2,14 adds the target's residual streams after those blocks to the feature (the shipped draft's
 setting), mixed in by a zero-initialised matrix.
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from distill import (T0, Block, RMSNorm, generate, load_f16, load_teacher, log, run_args, save_f16,
                      set_lr, start_run, teacher_data, batches)
@@ -55,7 +57,7 @@ def teacher_feats(teacher, ids, taps=()):
 
 
 class Eagle(nn.Module):
-    def __init__(self, c, taps=()):
+    def __init__(self, c, taps=(), blocks=1):
         super().__init__()
         d = c["d"]
         self.cfg = c
@@ -64,7 +66,7 @@ class Eagle(nn.Module):
         if self.taps:  # lower layers' residual streams (each RMS-normed) joined to the final feature
             self.tap_norms = nn.ModuleList([RMSNorm(d, c["eps"]) for _ in self.taps])
             self.lift_fc = nn.Linear(len(self.taps) * d, d, bias=False)  # zero at start: see lift
-        self.layer = Block(d, c["n_heads"], c["n_kv"], c["ffn"], c["eps"])
+        self.layers = nn.ModuleList([Block(d, c["n_heads"], c["n_kv"], c["ffn"], c["eps"]) for _ in range(blocks)])
         self.output_norm = RMSNorm(d, c["eps"])
         hd = d // c["n_heads"]
         inv = c["theta"] ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
@@ -85,7 +87,9 @@ class Eagle(nn.Module):
         ang = torch.arange(T, device=emb.device)[None, :, None].float() * self.inv_freq
         cos, sin = ang.cos()[:, None], ang.sin()[:, None]
         h = self.fc(torch.cat([emb, feat.to(emb.dtype)], -1))
-        return self.output_norm(self.layer(h, cos, sin, None, 0, None))
+        for layer in self.layers:
+            h = layer(h, cos, sin, None, 0, None)
+        return self.output_norm(h)
 
     def gguf_state(self):
         sd = self.state_dict()
@@ -94,15 +98,40 @@ class Eagle(nn.Module):
 
 def gname(k):
     """Module name -> GGUF tensor name."""
-    if k.startswith("layer."):
-        return k.replace("layer.", "blk.0.")
+    if k.startswith("layers."):
+        return k.replace("layers.", "blk.", 1)
     if k == "output_norm.weight":
         return k
     return "eagle." + k
 
 
 def mname(k):
-    return k.replace("blk.0.", "layer.") if k.startswith("blk.0.") else k.removeprefix("eagle.")
+    return k.replace("blk.", "layers.", 1) if k.startswith("blk.") else k.removeprefix("eagle.")
+
+
+def load_weights_into(eagle, ws):
+    """Load {GGUF name: array} from an earlier run or an exported draft. Blocks the source lacks (a
+    deeper draft than it) keep their random start with zero output projections, so that they begin
+    as the identity and the draft as the source."""
+    sd = {mname(k): torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in ws.items()}
+    missing, unexpected = eagle.load_state_dict(sd, strict=False)
+    if unexpected:
+        raise SystemExit(f"weights the draft does not have: {unexpected}")
+    new = sorted({k.split(".")[1] for k in missing if k.startswith("layers.")})
+    if any(not k.startswith("layers.") for k in missing):
+        raise SystemExit(f"weights missing from the source: {missing}")
+    with torch.no_grad():
+        for i in new:
+            nn.init.zeros_(eagle.layers[int(i)].attn_output.weight)
+            nn.init.zeros_(eagle.layers[int(i)].ffn_down.weight)
+    return [int(i) for i in new]
+
+
+def pass_loss(o, zt, w, E, tv_weight, tv_temp):
+    """One unrolled pass's loss: the head on its predicted features against the target's logits."""
+    with torch.autocast(o.device.type, dtype=torch.bfloat16, enabled=o.is_cuda):
+        z = F.linear(o, E)
+    return dist_loss(z.float(), zt.float(), w, tv_weight, tv_temp)
 
 
 def dist_loss(zs, zt, w, tv_weight, tv_temp):
@@ -156,9 +185,15 @@ def main():
     ap = run_args(lr=1e-3, warmup=100, steps=1135)
     ap.add_argument("--init_from", default=None, help="dir of an earlier run (eagle_index.json + eagle_w*.f16)")
     ap.add_argument("--reg_weight", type=float, default=0.2, help="smooth-L1 pull of predicted features")
-    ap.add_argument("--step2_weight", type=float, default=0.5, help="weight of the unrolled second step")
+    ap.add_argument("--step2_weight", type=float, default=0.5, help="weight of each unrolled step after the first")
     ap.add_argument("--taps", default="", help="comma-separated target blocks whose outputs join the feature")
     ap.add_argument("--init_last_block", type=int, default=0, help="start the block as the target's last block")
+    ap.add_argument("--init_gguf", default=None, help="start from an exported feature draft (its Q8_0 weights)")
+    ap.add_argument("--max_seconds", type=float, default=0,
+                    help="if set: fewer --steps where the run would end training later than this (seconds from start)")
+    ap.add_argument("--blocks", type=int, default=1, help="blocks of the target's shape in the draft")
+    ap.add_argument("--unroll", type=int, default=2,
+                    help="drafting steps unrolled in training (the 2nd and later read the draft's own predictions)")
     args = ap.parse_args()
     dev = "cuda"
     inp, results, save_results = start_run(args)
@@ -180,7 +215,7 @@ def main():
     taps = tuple(int(t) for t in args.taps.split(",") if t)
     if args.smoke:
         taps = tuple(sorted({t % tcfg["n_layers"] for t in taps}))  # the random teacher has 2 blocks
-    eagle = Eagle(tcfg, taps).to(dev)
+    eagle = Eagle(tcfg, taps, args.blocks).to(dev)
     for n_, p_ in eagle.named_parameters():
         if p_.dim() == 2:
             std = 0.02 / math.sqrt(2) if ("attn_output" in n_ or "ffn_down" in n_) else 0.02
@@ -189,12 +224,16 @@ def main():
         nn.init.zeros_(eagle.lift_fc.weight)
     if args.init_last_block:
         with torch.no_grad():
-            eagle.layer.load_state_dict(teacher.layers[-1].state_dict())
+            eagle.layers[0].load_state_dict(teacher.layers[-1].state_dict())
             eagle.output_norm.weight.copy_(teacher.output_norm.weight)
-    if args.init_from:
-        _, ws = load_f16(args.init_from, "eagle")
-        eagle.load_state_dict({mname(k): torch.from_numpy(v) for k, v in ws.items()})
-        log("initialised from", args.init_from)
+    if args.init_from or args.init_gguf:
+        if args.init_from:
+            _, ws = load_f16(args.init_from, "eagle")
+        else:
+            from gguf_io import load_weights
+            _, ws = load_weights(args.init_gguf)
+        new = load_weights_into(eagle, ws)
+        log("initialised from", args.init_from or args.init_gguf, "; new blocks (identity at start):", new)
     eagle = eagle.to(dev)
     nparam = sum(p.numel() for p in eagle.parameters())
     log("eagle params", nparam)
@@ -211,24 +250,34 @@ def main():
     step, t0, losses = 0, time.time(), []
     stream = batches(data, wdata, nchunk, args.batch, dev)
     while step < args.steps:
+        if args.max_seconds and step == 20:  # fit the run (and its cosine horizon) to the time left
+            per_step = (time.time() - t0) / step
+            fit = 20 + int((args.max_seconds - (time.time() - T0)) / per_step)
+            if fit < args.steps:
+                log(f"{per_step * 1e3:.0f} ms per step: {fit} steps fit in --max_seconds (asked {args.steps})")
+                args.steps = fit
         lr = set_lr(opt, args, step)
         x, wx = next(stream)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             with torch.no_grad():
                 f, zt, ex = teacher_feats(teacher, x, taps)
                 emb = teacher.token_embd(x)
-            o1 = eagle(emb[:, 1:], eagle.lift(f, ex)[:, :-1])
-            o2 = eagle(emb[:, 2:], o1[:, :-1])
-            s1 = wx[:, 1:] > 0
-            s2 = wx[:, 2:] > 0
-            z1 = F.linear(o1[s1], E)
-            z2 = F.linear(o2[s2], E)
-            zt1, zt2 = zt[:, 1:][s1], zt[:, 2:][s2]
-        loss1 = dist_loss(z1.float(), zt1.float(), wx[:, 1:][s1], args.tv_weight, args.tv_temp)
-        loss2 = dist_loss(z2.float(), zt2.float(), wx[:, 2:][s2], args.tv_weight, args.tv_temp)
-        reg = F.smooth_l1_loss(o1[s1].float(), f[:, 1:][s1].float())
+            outs, prev = [], eagle.lift(f, ex)
+            for k in range(1, args.unroll + 1):  # pass k predicts the feature k positions ahead
+                prev = eagle(emb[:, k:], prev[:, :-1])
+                outs.append(prev)
+        losses_k = []
+        for k, o in enumerate(outs, 1):
+            sk = wx[:, k:] > 0
+            # The head and the loss are recomputed in the backward pass instead of keeping the
+            # vocabulary-wide activations of every unrolled pass.
+            losses_k.append(checkpoint(pass_loss, o[sk], zt[:, k:][sk], wx[:, k:][sk], E, args.tv_weight,
+                                       args.tv_temp, use_reentrant=False))
+        s1 = wx[:, 1:] > 0
+        reg = F.smooth_l1_loss(outs[0][s1].float(), f[:, 1:][s1].float())
+        loss1, loss2 = losses_k[0], sum(losses_k[1:]) if len(losses_k) > 1 else torch.zeros(())
         loss = loss1 + args.step2_weight * loss2 + args.reg_weight * reg
-        del zt, z1, z2, zt1, zt2
+        del zt, outs
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(eagle.parameters(), 1.0)
@@ -243,10 +292,10 @@ def main():
     results["train"] = {"steps": step, "seconds": tt, "losses": losses}
     eagle.eval()
 
-    st = save_f16(eagle.gguf_state(), args.out, "eagle", {"cfg": tcfg, "taps": list(taps)})
+    st = save_f16(eagle.gguf_state(), args.out, "eagle", {"cfg": tcfg, "taps": list(taps), "blocks": args.blocks})
     # reference: fp32 teacher features + eagle (fp16-rounded weights) on one held-out sample
     with torch.no_grad():
-        ref = Eagle(tcfg, taps).to(dev)
+        ref = Eagle(tcfg, taps, args.blocks).to(dev)
         ref.load_state_dict({mname(k): torch.from_numpy(v.astype(np.float32)) for k, v in st.items()})
         ids = torch.tensor((eval_samples[0][1] + eval_samples[0][2])[:48], device=dev)[None]
         f, _, ex = teacher_feats(teacher, ids, taps)

@@ -7,7 +7,8 @@ reference token ids and, for the last 8 positions, the 16 highest logits of the 
 forward (restricted to the head tokens).
 RUN_DIR holds eagle_index.json, eagle_w0.f16 and ref_eagle.npz from eagle.py.
 
-The file is a one-block `llama` model (the target's width, heads and RoPE) plus:
+The file is a `llama` model of the run's blocks (one for the shipped draft; the target's width, heads
+and RoPE) plus:
 - `eagle.fc.weight` [d, 2d]: the block's input fc([embed(x_{t+1}), feature_t]);
 - `eagle.tap_norms.{i}.weight` and `eagle.lift_fc.weight` [d, taps * d]: the target's feature at t is
   its final normed hidden state plus lift_fc of its RMS-normed residual streams after the blocks listed
@@ -32,14 +33,14 @@ EMBD_KEY = "mentor_lab.feature_draft.target_embd"
 
 def load_run(run):
     ix, w = load_f16(run, "eagle")
-    return ix["cfg"], ix["taps"], w
+    return dict(ix["cfg"], blocks=ix.get("blocks", 1)), ix["taps"], w
 
 
 def write(target, cfg, taps, w, out, head, own_embedding):
     tr = GGUFReader(target)
     extra = [(TAPS_KEY, [int(t) for t in taps], VT.ARRAY, VT.UINT32),
              (LAYERS_KEY, int(cfg["n_layers"]), VT.UINT32), (EMBD_KEY, int(cfg["d"]), VT.UINT32)]
-    wr = start(tr, out, "mentor-lab-feature-draft-smollm2-135m", cfg, 1, head, extra)
+    wr = start(tr, out, "mentor-lab-feature-draft-smollm2-135m", cfg, cfg["blocks"], head, extra)
     if own_embedding:
         emb = next(t for t in tr.tensors if t.name == "token_embd.weight")
         wr.add_tensor("token_embd.weight", emb.data, raw_dtype=emb.tensor_type)
@@ -59,7 +60,7 @@ def eagle_logits(cfg, tw, ew, taps, ids):
     parts = np.concatenate([rms(e, ew[f"eagle.tap_norms.{j}.weight"], eps) for j, e in enumerate(extras)], -1)
     lifted = f + parts @ ew["eagle.lift_fc.weight"].T
     x = np.concatenate([E[ids[1:]], lifted[:-1]], -1) @ ew["eagle.fc.weight"].T
-    bcfg = dict(cfg, n_layers=1)
+    bcfg = dict(cfg, n_layers=cfg["blocks"])
     o, _ = np_llama.features(bcfg, ew, x)
     return o @ E.T
 
