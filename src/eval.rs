@@ -1,11 +1,12 @@
 //! How close a draft is to its target: over target-generated continuations of a prompt set
-//! (teacher forcing), the mean 1 − TV(p, q) at a temperature, the greedy agreement, and the
-//! draft's decode cost relative to the target's.
+//! (teacher forcing), the mean 1 − TV(p, q) at a temperature (a drafted token's acceptance under
+//! the max-acceptance coupling), the same-seed coupling's acceptance, the greedy agreement, and
+//! the draft's decode cost relative to the target's.
 
 use crate::error::{EngineError, Result};
 use crate::generate::{GenerateRequest, LoadedModel, Mode};
 use crate::mentor::tv_distance;
-use crate::sampling::{argmax, probabilities, SamplingParams};
+use crate::sampling::{argmax, probabilities, same_seed_agreement, SamplingParams};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -37,13 +38,22 @@ pub fn read_prompts(path: &Path) -> Result<Vec<EvalPrompt>> {
     Ok(out)
 }
 
+/// Races per position behind [`EvalRow::same_seed_acceptance`]: over a few thousand positions the
+/// estimate's standard error is about 0.002.
+pub const SAME_SEED_DRAWS: u32 = 16;
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct EvalRow {
     pub category: String,
     pub n_prompts: usize,
     pub n_positions: usize,
-    /// Mean over positions of 1 − TV(p, q), both at the evaluation temperature.
+    /// Mean over positions of 1 − TV(p, q), both at the evaluation temperature: the probability
+    /// that a drafted token is accepted under the max-acceptance coupling at D = 0.
     pub mean_one_minus_tv: f64,
+    /// Mean over positions of the probability that a drafted token is accepted under the
+    /// same-seed coupling at D = 0, estimated from [`SAME_SEED_DRAWS`] races per position.
+    #[serde(default)]
+    pub same_seed_acceptance: f64,
     /// Fraction of positions where the arg-maxes agree.
     pub greedy_agreement: f64,
 }
@@ -65,6 +75,7 @@ struct Acc {
     n_prompts: usize,
     n: usize,
     sum_overlap: f64,
+    sum_same_seed: f64,
     n_agree: usize,
 }
 
@@ -75,6 +86,7 @@ impl Acc {
             n_prompts: self.n_prompts,
             n_positions: self.n,
             mean_one_minus_tv: self.sum_overlap / self.n.max(1) as f64,
+            same_seed_acceptance: self.sum_same_seed / self.n.max(1) as f64,
             greedy_agreement: self.n_agree as f64 / self.n.max(1) as f64,
         }
     }
@@ -165,6 +177,7 @@ pub fn evaluate(
     let params = SamplingParams { temperature, ..SamplingParams::default() };
     let mut by_cat: Vec<(String, Acc)> = Vec::new();
     let mut overall = Acc::default();
+    let mut race = Vec::new();
     for (i, p) in prompts.iter().enumerate() {
         progress(i, prompts.len());
         let req = GenerateRequest {
@@ -204,10 +217,13 @@ pub fn evaluate(
             let pt = probabilities(&rows_p[pos], &[], &params, n_vocab);
             let qt = probabilities(&rows_q[pos], &[], &params, n_vocab);
             let overlap = 1.0 - tv_distance(&pt, &qt);
+            let first = pos as u64 * u64::from(SAME_SEED_DRAWS);
+            let same_seed = same_seed_agreement(&pt, &qt, i as u64, first, SAME_SEED_DRAWS, &mut race);
             let agree = argmax(&rows_p[pos][..n_vocab]) == argmax(&rows_q[pos][..n_vocab]);
             for acc in [&mut by_cat[idx].1, &mut overall] {
                 acc.n += 1;
                 acc.sum_overlap += overlap;
+                acc.sum_same_seed += same_seed;
                 acc.n_agree += usize::from(agree);
             }
         }

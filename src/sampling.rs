@@ -164,6 +164,22 @@ pub fn race_argmax(dist: &[f32], w: &[f32]) -> usize {
     dist.iter().zip(w).position(|(&d, &x)| d * x == best).unwrap_or(0)
 }
 
+/// How often `p` and `q` win the same race: over `draws` races (the noise of positions
+/// `first .. first + draws` under `seed`), the share in which [`race_argmax`] picks the same token
+/// for both. An unbiased estimate of the probability that a token drafted from q is accepted by the
+/// same-seed coupling at D = 0, which is Σ_i 1 / Σ_j max(p_j / p_i, q_j / q_i) (at most 1 − TV).
+/// `w` is scratch space for the weights.
+pub fn same_seed_agreement(p: &[f32], q: &[f32], seed: u64, first: u64, draws: u32, w: &mut Vec<f32>) -> f64 {
+    let n = p.len().min(q.len());
+    let agree = (0..u64::from(draws))
+        .filter(|&d| {
+            race_weights(seed, first + d, n, w);
+            race_argmax(&p[..n], w) == race_argmax(&q[..n], w)
+        })
+        .count();
+    agree as f64 / f64::from(draws.max(1))
+}
+
 /// The `k` tokens that come first in the race of `dist` with weights `w`, best first: the first
 /// is [`race_argmax`]'s (ties to the lowest index, as there); tokens of zero probability never
 /// enter.

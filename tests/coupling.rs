@@ -4,7 +4,9 @@
 //! target-only draw whatever the draft proposed.
 
 use mentor_lab::mentor::{mix, tv_distance, verify_same_seed, MentorRule};
-use mentor_lab::sampling::{ln_unit, probabilities, race_argmax, race_top, race_weights, SamplingParams};
+use mentor_lab::sampling::{
+    ln_unit, probabilities, race_argmax, race_top, race_weights, same_seed_agreement, SamplingParams,
+};
 
 const N_DRAWS: u64 = 100_000;
 
@@ -93,6 +95,49 @@ fn acceptance_meets_the_same_seed_bound() {
                 assert!(rate <= high + slack, "case {case}, D = {budget}: acceptance {rate:.4} > 1 − d = {high:.4}");
             }
         }
+    }
+}
+
+/// The exact probability that p and q win the same race: both pick i when every other token j
+/// loses to i in both races, E_j > E_i · max(p_j / p_i, q_j / q_i); integrating over E_i ~ Exp(1)
+/// gives 1 / Σ_j max(p_j / p_i, q_j / q_i).
+fn exact_agreement(p: &[f32], q: &[f32]) -> f64 {
+    let both = |i: usize| p[i] > 0.0 && q[i] > 0.0;
+    (0..p.len())
+        .filter(|&i| both(i))
+        .map(|i| {
+            let ratio = |a: &[f32], j: usize| f64::from(a[j]) / f64::from(a[i]);
+            1.0 / (0..p.len()).map(|j| ratio(p, j).max(ratio(q, j))).sum::<f64>()
+        })
+        .sum()
+}
+
+/// `eval-draft`'s estimate of the same-seed acceptance equals the closed form, stays within
+/// [(1 − d)/(1 + d), 1 − d], is 1 for q = p and 0 for disjoint supports.
+#[test]
+fn the_same_seed_agreement_estimate_matches_the_closed_form() {
+    let draws = 100_000u32;
+    let slack = 3.0 * (0.25 / f64::from(draws)).sqrt();
+    let mut w = Vec::new();
+    for case in 0..4u64 {
+        let p = random_dist(9, 800 + case);
+        let near: Vec<f32> = p.iter().map(|&x| 0.7 * x + 0.3 / 9.0).collect();
+        let mut sparse = random_dist(9, 900 + case);
+        sparse[case as usize] = 0.0;
+        let total: f32 = sparse.iter().sum();
+        sparse.iter_mut().for_each(|x| *x /= total);
+        for q in [near, random_dist(9, 850 + case), sparse] {
+            let exact = exact_agreement(&p, &q);
+            let (low, high) = acceptance_bounds(&p, &q);
+            assert!(exact >= low - 1e-9 && exact <= high + 1e-9, "case {case}: {exact} outside [{low}, {high}]");
+            let est = same_seed_agreement(&p, &q, 40 + case, 0, draws, &mut w);
+            assert!((est - exact).abs() < slack, "case {case}: estimate {est:.4}, exact {exact:.4}");
+        }
+        assert_eq!(same_seed_agreement(&p, &p, 41, 0, 1000, &mut w), 1.0);
+        let first: Vec<f32> = p.iter().enumerate().map(|(i, &x)| if i < 4 { x } else { 0.0 }).collect();
+        let rest: Vec<f32> = p.iter().enumerate().map(|(i, &x)| if i < 4 { 0.0 } else { x }).collect();
+        assert_eq!(exact_agreement(&first, &rest), 0.0);
+        assert_eq!(same_seed_agreement(&first, &rest, 42, 0, 1000, &mut w), 0.0);
     }
 }
 

@@ -395,8 +395,8 @@ fn the_shipped_draft_agrees_with_the_target_on_held_out_code() {
     let report = mentor_lab::eval::evaluate(&mut target, &mut draft, &code, 0.7, 96, &mut |_, _| {}).unwrap();
     let row = &report.overall;
     eprintln!(
-        "held-out code: {} positions, 1 − TV {:.3}, greedy agreement {:.3}",
-        row.n_positions, row.mean_one_minus_tv, row.greedy_agreement
+        "held-out code: {} positions, 1 − TV {:.3}, same-seed acceptance {:.3}, greedy agreement {:.3}",
+        row.n_positions, row.mean_one_minus_tv, row.same_seed_acceptance, row.greedy_agreement
     );
     assert!(row.n_positions >= 600, "only {} positions scored", row.n_positions);
     assert!(

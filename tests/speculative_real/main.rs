@@ -472,6 +472,10 @@ fn eval_draft_reports_per_category_and_overall() {
     assert!(r.overall.n_positions > 10);
     assert!((0.2..1.0).contains(&r.overall.mean_one_minus_tv), "{}", r.overall.mean_one_minus_tv);
     assert!((0.0..=1.0).contains(&r.overall.greedy_agreement));
+    // The same-seed coupling accepts at most 1 − TV at each position (up to the estimate's noise
+    // over this handful of positions).
+    let (same_seed, overlap) = (r.overall.same_seed_acceptance, r.overall.mean_one_minus_tv);
+    assert!(same_seed > 0.1 && same_seed <= overlap + 0.1, "same-seed {same_seed}, 1 − TV {overlap}");
     assert!(r.draft_cost_ratio > 0.0 && r.draft_cost_ratio < 1.0, "the draft is cheaper than the target");
     // A malformed prompt file is a clear error.
     std::fs::write(&prompts, "not json\n").unwrap();
