@@ -217,8 +217,11 @@ pub fn evaluate(
             let pt = probabilities(&rows_p[pos], &[], &params, n_vocab);
             let qt = probabilities(&rows_q[pos], &[], &params, n_vocab);
             let overlap = 1.0 - tv_distance(&pt, &qt);
+            // Races under a key of their own, apart from the noise that sampled the continuation
+            // (seed i), so that the estimate does not look at the draws that chose the text.
             let first = pos as u64 * u64::from(SAME_SEED_DRAWS);
-            let same_seed = same_seed_agreement(&pt, &qt, i as u64, first, SAME_SEED_DRAWS, &mut race);
+            let race_seed = i as u64 | 1 << 63;
+            let same_seed = same_seed_agreement(&pt, &qt, race_seed, first, SAME_SEED_DRAWS, &mut race);
             let agree = argmax(&rows_p[pos][..n_vocab]) == argmax(&rows_q[pos][..n_vocab]);
             for acc in [&mut by_cat[idx].1, &mut overall] {
                 acc.n += 1;
