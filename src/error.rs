@@ -42,8 +42,13 @@ pub enum EngineError {
     #[error("internal error: {0}. This is a bug in Mentor Lab; please report it with the model and settings used.")]
     Internal(String),
 
-    #[error("fetching the default model failed: {0}")]
+    #[error("fetching a model failed: {0}")]
     Fetch(String),
+
+    #[error(
+        "the fetch was cancelled; the parts already fetched are kept in {kept}, and fetching again resumes from them."
+    )]
+    FetchCancelled { kept: PathBuf },
 
     #[error("model computation failed: {0}")]
     Candle(#[from] candle_core::Error),

@@ -189,13 +189,18 @@ pub fn check_vocab(target: &LoadedModel, draft: &LoadedModel) -> Result<usize> {
         detail,
     };
     let n = target.tokenizer.vocab_size().min(draft.tokenizer.vocab_size());
-    // Padded vocabularies differ only in their padding tail, which must stay small.
-    let larger = target.tokenizer.vocab_size().max(draft.tokenizer.vocab_size());
-    if larger - n > larger / 100 + 512 {
+    // Vocabularies may differ in their padding tail only (Qwen2.5-7B lists 152,064 entries, its
+    // 0.5B sibling 151,936): past the shorter list the longer one must be padding.
+    let (longer, longer_path) = match target.tokenizer.vocab_size() >= draft.tokenizer.vocab_size() {
+        true => (&target.tokenizer, "target"),
+        false => (&draft.tokenizer, "draft"),
+    };
+    if longer.n_unpadded > n {
         return Err(mismatch(format!(
-            "vocabulary sizes {} and {} differ by more than padding",
+            "vocabulary sizes {} and {} differ, and the {longer_path}'s token {n} ({:?}) is a real token, not padding",
             target.tokenizer.vocab_size(),
-            draft.tokenizer.vocab_size()
+            draft.tokenizer.vocab_size(),
+            longer.tokens[n]
         )));
     }
     if let Some(i) = (0..n).find(|&i| target.tokenizer.tokens[i] != draft.tokenizer.tokens[i]) {

@@ -20,6 +20,7 @@ pub mod attention {
 pub mod engine;
 pub mod error;
 pub mod eval;
+pub mod fetch;
 pub mod generate;
 pub mod gguf;
 pub mod kernels;
@@ -28,6 +29,7 @@ pub mod mentor;
 pub mod model;
 pub mod models;
 pub mod options;
+pub mod pairs;
 pub mod presets;
 pub mod sampling;
 mod team;

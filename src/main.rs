@@ -22,6 +22,8 @@ enum Command {
     Generate(cli::generate::GenerateArgs),
     /// List the GGUF models found on disk.
     Models,
+    /// Fetch a built-in pair's models (`default`, `qwen-coder`): resumable, checked, atomic.
+    Fetch(cli::fetch::FetchArgs),
     /// Time configurations against target-only: warm-up, repeats × seeds, medians (the article's method).
     Bench(cli::bench::BenchArgs),
     /// How close the draft is to the target: 1 − TV, greedy agreement, relative cost.
@@ -43,6 +45,7 @@ fn main() -> std::process::ExitCode {
         None => mentor_lab::app::run_app(),
         Some(Command::Generate(args)) => cli::generate::generate(args),
         Some(Command::Models) => cli::models::list_models(),
+        Some(Command::Fetch(args)) => cli::fetch::fetch(args),
         Some(Command::Bench(args)) => cli::bench::run(args),
         Some(Command::EvalDraft(args)) => cli::models::eval_draft(args),
         Some(Command::Cost(args)) => cli::cost::cost(args),

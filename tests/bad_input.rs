@@ -163,3 +163,35 @@ fn cli_reports_errors_and_exits_nonzero() {
         assert!(stderr.contains(needle), "{args:?}: stderr {stderr:?} lacks {needle:?}");
     }
 }
+
+/// Overwrite the first occurrence of GGUF string `s` (its u64 length, then its bytes) with a byte
+/// that is never valid UTF-8 at `offset` into the string.
+fn damage_string(path: &std::path::Path, s: &str, offset: usize) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mut needle = (s.len() as u64).to_le_bytes().to_vec();
+    needle.extend_from_slice(s.as_bytes());
+    let at = bytes.windows(needle.len()).position(|w| w == needle.as_slice()).expect("string in the file");
+    bytes[at + 8 + offset] = 0xFF;
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Metadata strings that are not valid UTF-8 (a merge, a model name) are an error naming the
+/// key: read lossily, a damaged merge would silently split prompts into more tokens.
+#[test]
+fn metadata_that_is_not_utf8_is_an_error_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for (key, s, offset, element) in
+        [("tokenizer.ggml.merges", "Ġt he", 4, Some(2)), ("general.name", "synthetic-qwen2", 3, None)]
+    {
+        let p = dir.path().join("damaged.gguf");
+        synthetic::write(&p, &synthetic::Spec::default());
+        damage_string(&p, s, offset);
+        let e = load_err(&p);
+        let msg = e.to_string();
+        assert!(matches!(e, EngineError::CorruptGguf { .. }), "{msg}");
+        assert!(msg.contains(key) && msg.contains("not valid UTF-8"), "{msg}");
+        if let Some(k) = element {
+            assert!(msg.contains(&format!("element {k}")), "{msg}");
+        }
+    }
+}

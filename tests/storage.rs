@@ -23,6 +23,8 @@ fn run(i: u64) -> RunRecord {
         speedup: if i.is_multiple_of(2) { f64::NAN } else { 1.5 },
         target_nll: 2.0,
         mean_tv: 0.1,
+        target: "qwen2.5-coder-1.5b-instruct".into(),
+        draft: if i.is_multiple_of(3) { String::new() } else { "qwen2.5-coder-0.5b-instruct".into() },
     }
 }
 
@@ -108,6 +110,22 @@ fn history_appends_and_reads_back_with_nan() {
     storage::rewrite_history(dir.path(), &[]).unwrap();
     let loaded = storage::load_history(dir.path());
     assert!(loaded.value.is_empty() && loaded.notice.is_none());
+}
+
+/// Runs saved before the table named their models load, with empty model names.
+#[test]
+fn history_saved_without_model_names_still_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut line = serde_json::to_value(run(1)).unwrap();
+    let fields = line.as_object_mut().unwrap();
+    fields.remove("target");
+    fields.remove("draft");
+    std::fs::write(dir.path().join(HISTORY_FILE), format!("{line}\n")).unwrap();
+    let loaded = storage::load_history(dir.path());
+    assert!(loaded.notice.is_none(), "{:?}", loaded.notice);
+    assert_eq!(loaded.value.len(), 1);
+    assert_eq!((loaded.value[0].target.as_str(), loaded.value[0].draft.as_str()), ("", ""));
+    assert_eq!(loaded.value[0].config, run(1).config);
 }
 
 #[test]

@@ -215,3 +215,62 @@ fn k_quant_files_run_in_the_kernels_as_the_file_has_them() {
         chunk_equals_steps(spec, WeightFormat::Auto, 0.5);
     }
 }
+
+/// A tiny target and draft written by the test; the target's list has `target_pad` extra entries.
+fn padded_pair(
+    dir: &std::path::Path,
+    target_pad: usize,
+    pad_as_real: bool,
+) -> (mentor_lab::generate::LoadedModel, mentor_lab::generate::LoadedModel) {
+    let target_path = dir.join("target.gguf");
+    synthetic::write(&target_path, &synthetic::Spec { pad_tokens: target_pad, pad_as_real, ..Default::default() });
+    let draft_path = dir.join("draft.gguf");
+    synthetic::write(&draft_path, &synthetic::Spec { n_layer: 1, ..Default::default() });
+    let target = load_model(&target_path, WeightFormat::File, &Device::Cpu).unwrap();
+    let draft = load_model(&draft_path, WeightFormat::File, &Device::Cpu).unwrap();
+    (target, draft)
+}
+
+/// Qwen2.5-7B's file lists 152,064 tokens, its 0.5B sibling's 151,936: the extra entries are
+/// `[PAD…]` padding. Such a pair loads, never emits a padding id, and at D = 0 under the
+/// same-seed coupling writes the target's own text.
+#[test]
+fn vocabularies_that_differ_only_by_padding_pair_up() {
+    use mentor_lab::{DraftLen, Mode};
+    let dir = tempfile::tempdir().unwrap();
+    let (target, draft) = padded_pair(dir.path(), 128, false);
+    let n_draft = draft.tokenizer.vocab_size();
+    assert_eq!(target.tokenizer.vocab_size(), n_draft + 128);
+    assert_eq!(mentor_lab::generate::check_vocab(&target, &draft).unwrap(), n_draft);
+    // The other way round (a padded draft) fits too.
+    assert_eq!(mentor_lab::generate::check_vocab(&draft, &target).unwrap(), n_draft);
+    let mut engine = Engine::new(target, Some(draft)).unwrap();
+    let plain = GenerateRequest {
+        prompt: "the rain in the thin theatre".into(),
+        raw: true,
+        sampling: SamplingParams { temperature: 1.0, ..Default::default() },
+        max_tokens: 24,
+        ignore_eos: true,
+        seed: 7,
+        ..Default::default()
+    };
+    let spec = GenerateRequest { mode: Mode::Speculative, draft_len: DraftLen::Fixed(4), budget: 0.0, ..plain.clone() };
+    let cancel = AtomicBool::new(false);
+    let a = engine.generate(&plain, &cancel, &mut |_| {}).unwrap();
+    let b = engine.generate(&spec, &cancel, &mut |_| {}).unwrap();
+    let ids = |g: &mentor_lab::Generation| g.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(ids(&a), ids(&b), "same-seed D = 0 equals target-only");
+    assert!(ids(&b).iter().all(|&id| (id as usize) < n_draft), "padding ids are never emitted");
+    assert!(b.stats.n_rounds > 0);
+}
+
+/// Extra entries that are real tokens are a different tokenizer: a clear error.
+#[test]
+fn extra_real_tokens_are_a_vocabulary_mismatch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, draft) = padded_pair(dir.path(), 4, true);
+    let err = Engine::new(target, Some(draft)).err().expect("a mismatch");
+    let msg = err.to_string();
+    assert!(matches!(err, mentor_lab::EngineError::VocabMismatch { .. }), "{msg}");
+    assert!(msg.contains("real token, not padding") && msg.contains("tok"), "{msg}");
+}

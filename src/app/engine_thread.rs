@@ -373,6 +373,8 @@ impl Worker {
                     progress("Extracting the default target…".into(), Some(done as f32 / total.max(1) as f32))
                 }
             }
+            // Split models are fetched by the app's pair fetch, never by a load.
+            LoadStep::Fetch(FetchProgress::Part { .. }) => {}
             LoadStep::Checked => {
                 checked = true;
                 *last_load = Some(choice.clone());

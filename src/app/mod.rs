@@ -4,6 +4,7 @@
 
 pub mod engine_thread;
 pub mod measure;
+pub mod pair_fetch;
 pub mod settings;
 pub mod storage;
 mod ui_controls;
@@ -60,6 +61,8 @@ pub enum UiCommand {
     Experiment,
     /// Pin a token in the inspector (its pane and output position).
     Pin(engine_thread::Pane, usize),
+    /// Load a built-in pair, fetching it first where it is not on disk.
+    LoadPair(crate::pairs::Pair),
 }
 
 pub struct MentorApp {
@@ -78,6 +81,9 @@ pub struct MentorApp {
     /// Where the last export went (shown as a confirmation).
     pub last_export: Option<PathBuf>,
     pub show_about: bool,
+    /// A built-in pair being fetched, and the pairs whose files are on disk.
+    pub pair_fetch: Option<pair_fetch::PairFetch>,
+    pub fetched_pairs: Vec<crate::pairs::Pair>,
     /// The window title last sent (it names the loaded pair).
     title: String,
     /// Settings and history on disk; `None` where the app runs without saving (tests).
@@ -103,6 +109,8 @@ impl MentorApp {
             queued: Vec::new(),
             last_export: None,
             show_about: false,
+            pair_fetch: None,
+            fetched_pairs: crate::pairs::Pair::ALL.into_iter().filter(|p| p.is_fetched()).collect(),
             title: String::new(),
             persist: None,
             frames: 0,
@@ -177,6 +185,7 @@ impl MentorApp {
 
     /// Drain engine events into the view state (never blocks).
     pub fn poll_engine(&mut self) {
+        self.poll_pair_fetch();
         while let Ok(ev) = self.engine.event_rx.try_recv() {
             if let EngineEvent::Discovered(found) = ev {
                 self.found = found;
@@ -202,7 +211,10 @@ impl MentorApp {
             }
         };
         let req = self.view.target_request.clone().unwrap_or_else(|| self.settings.target_request());
+        let (target, draft) = self.run_models(pane == Pane::Mentored);
         self.history.push(RunRecord {
+            target,
+            draft,
             when: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             config,
             prompt: req.prompt.chars().take(80).collect(),
@@ -221,6 +233,13 @@ impl MentorApp {
         self.save_state();
     }
 
+    /// The loaded models' short names for a run's record; the draft only where the run used it.
+    fn run_models(&self, with_draft: bool) -> (String, String) {
+        let name = |m: &Option<(crate::gguf::ModelInfo, String)>| m.as_ref().map(|(i, _)| ui_models::short_name(i));
+        let draft = if with_draft { name(&self.view.models.draft) } else { None };
+        (name(&self.view.models.target).unwrap_or_default(), draft.unwrap_or_default())
+    }
+
     /// The sweep's newest point into the runs table (config `sweep: …`, speedup paired with
     /// target-only of the same seed).
     fn record_sweep_point(&mut self) {
@@ -228,7 +247,10 @@ impl MentorApp {
         let speedup = self.view.sweep.paired_speedup(p).unwrap_or(f64::NAN);
         let req = self.settings.mentored_request();
         let s = &p.stats;
+        let (target, draft) = self.run_models(p.label != "target");
         self.history.push(RunRecord {
+            target,
+            draft,
             when: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             config: format!("sweep: {}", p.label),
             prompt: req.prompt.chars().take(80).collect(),
@@ -289,7 +311,39 @@ impl MentorApp {
                     self.view.pinned = Some((pane, i));
                     self.view.bottom_tab = view::BottomTab::Inspector;
                 }
+                UiCommand::LoadPair(pair) => self.load_pair(pair),
             }
+        }
+    }
+
+    /// Load `pair` when its files are on disk, else start fetching it (once).
+    fn load_pair(&mut self, pair: crate::pairs::Pair) {
+        if self.pair_fetch.is_some() {
+            return;
+        }
+        if pair.is_fetched() {
+            let (target, draft) = pair.paths();
+            let weights = self.settings.models.weights;
+            self.queued.push(UiCommand::Load(ModelChoice { target: Some(target), draft, weights }));
+            self.apply_queued();
+        } else {
+            self.view.error = None;
+            self.pair_fetch = Some(pair_fetch::PairFetch::start(pair));
+        }
+    }
+
+    /// A finished fetch loads its pair; a failed one says why (a cancel included).
+    fn poll_pair_fetch(&mut self) {
+        let Some(outcome) = self.pair_fetch.as_mut().and_then(|f| f.poll()) else { return };
+        let pair = self.pair_fetch.take().map(|f| f.pair);
+        match outcome {
+            pair_fetch::FetchOutcome::Loaded(choice) => {
+                self.fetched_pairs.extend(pair);
+                let weights = self.settings.models.weights;
+                self.queued.push(UiCommand::Load(ModelChoice { weights, ..choice }));
+                self.send(EngineCommand::Discover);
+            }
+            pair_fetch::FetchOutcome::Failed(e) => self.view.error = Some(e),
         }
     }
 

@@ -112,6 +112,10 @@ struct StoredRun {
     target_nll: f64,
     #[serde(deserialize_with = "f64_or_nan")]
     mean_tv: f64,
+    #[serde(default)]
+    target: String,
+    #[serde(default)]
+    draft: String,
 }
 
 fn f64_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {

@@ -47,9 +47,9 @@ fn runs_table_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         }
     });
     egui::ScrollArea::both().id_salt("runs").stick_to_bottom(true).show(ui, |ui| {
-        const HEADERS: [&str; 8] =
-            ["config", "acceptance", "rounds", "e2e s", "tok/s", "speedup", "target NLL", "seed"];
-        const WIDTHS: [f32; 8] = [124.0, 74.0, 50.0, 46.0, 50.0, 56.0, 70.0, 40.0];
+        const HEADERS: [&str; 9] =
+            ["models", "config", "acceptance", "rounds", "e2e s", "tok/s", "speedup", "target NLL", "seed"];
+        const WIDTHS: [f32; 9] = [150.0, 124.0, 74.0, 50.0, 46.0, 50.0, 56.0, 70.0, 40.0];
         super::table_row(ui, &WIDTHS, false, |i, ui| {
             ui.strong(HEADERS[i]);
         });
@@ -59,22 +59,34 @@ fn runs_table_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
                 |s: String| if r.config == "target" || r.config == "sweep: target" { "–".to_string() } else { s };
             super::table_row(ui, &WIDTHS, row % 2 == 0, |i, ui| {
                 let text = match i {
-                    0 => RichText::new(&r.config),
-                    1 => mono(not_target(format!("{:.1}%", 100.0 * r.acceptance))),
-                    2 => mono(not_target(r.rounds.to_string())),
-                    3 => mono(format!("{:.2}", r.e2e_s)),
-                    4 => mono(format!("{:.1}", r.tok_s)),
-                    5 => mono(if r.speedup.is_finite() { format!("{:.2}×", r.speedup) } else { "–".into() }),
-                    6 => mono(format!("{:.3}", r.target_nll)),
+                    0 => RichText::new(models_of(r)),
+                    1 => RichText::new(&r.config),
+                    2 => mono(not_target(format!("{:.1}%", 100.0 * r.acceptance))),
+                    3 => mono(not_target(r.rounds.to_string())),
+                    4 => mono(format!("{:.2}", r.e2e_s)),
+                    5 => mono(format!("{:.1}", r.tok_s)),
+                    6 => mono(if r.speedup.is_finite() { format!("{:.2}×", r.speedup) } else { "–".into() }),
+                    7 => mono(format!("{:.3}", r.target_nll)),
                     _ => mono(r.seed.to_string()),
                 };
                 let cell = ui.add(egui::Label::new(text).truncate());
-                if i == 0 {
-                    cell.on_hover_text(&r.prompt);
+                match i {
+                    0 => drop(cell.on_hover_text(format!("target: {}\ndraft: {}", r.target, r.draft))),
+                    1 => drop(cell.on_hover_text(&r.prompt)),
+                    _ => {}
                 }
             });
         }
     });
+}
+
+/// The run's models in a cell: "target + draft", or the target alone.
+fn models_of(r: &crate::app::view::RunRecord) -> String {
+    match (r.target.as_str(), r.draft.as_str()) {
+        ("", _) => "–".into(),
+        (t, "") => t.to_string(),
+        (t, d) => format!("{t} + {d}"),
+    }
 }
 
 /// Each configuration at its median (target NLL, speedup) over the sweep's seeds, with whiskers

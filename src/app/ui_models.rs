@@ -80,6 +80,7 @@ fn target_line_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     if ui.button("Default pair").on_hover_text("SmolLM2-135M-Instruct + the draft shipped with Mentor Lab").clicked() {
         app.queue(UiCommand::Load(ModelChoice { weights: app.settings.models.weights, ..ModelChoice::default() }));
     }
+    super::pair_fetch::pair_buttons_ui(app, ui);
     ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
         if ui.button("About").clicked() {
             app.show_about = !app.show_about;

@@ -69,19 +69,27 @@ pub struct RunRecord {
     pub speedup: f64,
     pub target_nll: f64,
     pub mean_tv: f64,
+    /// The models that made the run (the bar's short names; empty in runs saved before they were
+    /// recorded). `draft` is empty for target-only runs.
+    #[serde(default)]
+    pub target: String,
+    #[serde(default)]
+    pub draft: String,
 }
 
 impl RunRecord {
     pub const CSV_HEADER: &'static str =
-        "when,config,prompt,seed,temperature,n_tokens,acceptance,rounds,e2e_s,tok_s,speedup,target_nll,mean_tv";
+        "when,target,draft,config,prompt,seed,temperature,n_tokens,acceptance,rounds,e2e_s,tok_s,speedup,target_nll,mean_tv";
 
     pub fn csv_row(&self) -> String {
-        let prompt = self.prompt.replace('"', "\"\"");
+        let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
         format!(
-            "{},{},\"{}\",{},{},{},{:.4},{},{:.4},{:.2},{:.4},{:.4},{:.4}",
+            "{},{},{},{},{},{},{},{},{:.4},{},{:.4},{:.2},{:.4},{:.4},{:.4}",
             self.when,
+            quote(&self.target),
+            quote(&self.draft),
             self.config,
-            prompt,
+            quote(&self.prompt),
             self.seed,
             self.temperature,
             self.n_tokens,

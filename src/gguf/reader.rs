@@ -127,7 +127,15 @@ impl<R: Read> Header<'_, R> {
         while v.last() == Some(&0) {
             v.pop();
         }
-        Ok(String::from_utf8_lossy(&v).into_owned())
+        // A damaged string read lossily would pass for a different one (a merge that never
+        // matches splits prompts into twice the tokens), so it is an error.
+        String::from_utf8(v).or_else(|e| {
+            corrupt(format!(
+                "{} at byte {start} is not valid UTF-8 (bad byte at offset {} of the string)",
+                what(),
+                e.utf8_error().valid_up_to()
+            ))
+        })
     }
 
     /// The smallest number of bytes one value of GGUF type `ty` takes on disk.
@@ -182,8 +190,8 @@ impl<R: Read> Header<'_, R> {
                 }
                 // Bounded by the two checks above.
                 let mut items = Vec::with_capacity(n as usize);
-                for _ in 0..n {
-                    items.push(self.value(elem_ty, depth + 1, what)?);
+                for k in 0..n {
+                    items.push(self.value(elem_ty, depth + 1, &|| format!("{}, element {k}", what()))?);
                 }
                 Value::Array(items)
             }

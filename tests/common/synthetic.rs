@@ -21,6 +21,10 @@ pub struct Spec {
     pub dtype_for: Vec<(&'static str, GgmlDType)>,
     /// More metadata keys (e.g. `mentor_lab.head_tokens`).
     pub extra: Vec<(String, Value)>,
+    /// Entries appended to the token list: `[PAD<id>]` padding (type UNUSED), as converters write
+    /// for Qwen2.5-7B's 152,064 rows, or real tokens when `pad_as_real`.
+    pub pad_tokens: usize,
+    pub pad_as_real: bool,
 }
 
 impl Default for Spec {
@@ -37,6 +41,8 @@ impl Default for Spec {
             dtype: GgmlDType::F32,
             dtype_for: Vec::new(),
             extra: Vec::new(),
+            pad_tokens: 0,
+            pad_as_real: false,
         }
     }
 }
@@ -132,7 +138,12 @@ impl Spec {
 }
 
 pub fn write(path: &Path, spec: &Spec) {
-    let (tokens, merges) = vocab();
+    let (mut tokens, merges) = vocab();
+    let n_real = tokens.len();
+    tokens.extend((n_real..n_real + spec.pad_tokens).map(|i| match spec.pad_as_real {
+        true => format!("tok{i}"),
+        false => format!("[PAD{i}]"),
+    }));
     let n_vocab = tokens.len() + 6; // padded head, like Qwen's
     let hd = spec.n_embd / spec.n_head;
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
@@ -169,7 +180,9 @@ pub fn write(path: &Path, spec: &Spec) {
     let a = spec.arch;
     let u32v = |x: usize| Value::U32(x as u32);
     let mut token_type = vec![Value::I32(3), Value::I32(3)];
-    token_type.extend((2..tokens.len()).map(|_| Value::I32(1)));
+    token_type.extend((2..n_real).map(|_| Value::I32(1)));
+    let pad_type = if spec.pad_as_real { 1 } else { 5 };
+    token_type.extend((n_real..tokens.len()).map(|_| Value::I32(pad_type)));
     let metadata: Vec<(String, Value)> = vec![
         ("general.architecture".into(), Value::String(a.into())),
         ("general.name".into(), Value::String(format!("synthetic-{a}"))),

@@ -216,6 +216,8 @@ fn tiny_spec(arch: &'static str, dtype: GgmlDType) -> synthetic::Spec {
         biases: arch == "qwen2",
         dtype,
         dtype_for: Vec::new(),
+        pad_tokens: 0,
+        pad_as_real: false,
         extra: vec![(
             "tokenizer.chat_template".into(),
             Value::String(

@@ -124,6 +124,8 @@ fn saved_state_seeds() -> (Vec<u8>, Vec<u8>) {
         speedup: 2.1,
         target_nll: 1.9,
         mean_tv: 0.41,
+        target: "SmolLM2-135M-Instruct".into(),
+        draft: "smollm2-135m-draft-d192-l8".into(),
     };
     let mut history = Vec::new();
     for i in 0..4 {

