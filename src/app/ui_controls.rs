@@ -83,7 +83,8 @@ fn mentor_ui(s: &mut Settings, ui: &mut egui::Ui) {
     tree_ui(s, ui);
 }
 
-/// The rule's parameter slider, labelled and ranged by the rule itself, and the rule selector.
+/// The rule's parameter slider, labelled and ranged by the rule itself (its hover text says which
+/// value is lossless), and the rule selector.
 fn rule_ui(s: &mut Settings, ui: &mut egui::Ui) {
     let param = s.rule.param();
     ui.horizontal(|ui| {
@@ -91,12 +92,6 @@ fn rule_ui(s: &mut Settings, ui: &mut egui::Ui) {
         ui.add(egui::Slider::new(&mut s.budget, param.range()).step_by(0.01))
             .labelled_by(l.id)
             .on_hover_text(param.meaning);
-    });
-    ui.horizontal(|ui| {
-        match param.lossless {
-            Some(v) => ui.weak(format!("{v} = lossless")),
-            None => ui.weak("no value is lossless"),
-        };
     });
     ui.horizontal_wrapped(|ui| {
         ui.label("Rule");
