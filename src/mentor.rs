@@ -117,6 +117,12 @@ pub fn mix(rule: MentorRule, p: &[f32], q: &[f32], budget: f64) -> Mixed {
     }
 }
 
+/// π = p, for positions the budget does not apply to (tokens copied from the context), whatever
+/// the rule: not every rule has a lossless value, and a rule's is not always 0.
+pub fn lossless(p: &[f32], q: &[f32]) -> Mixed {
+    mix_tv(p, q, 0.0)
+}
+
 pub fn mix_tv(p: &[f32], q: &[f32], budget: f64) -> Mixed {
     let d = tv_distance(p, q);
     let theta = if d <= 0.0 { 1.0 } else { (budget / d).min(1.0) };
