@@ -6,11 +6,21 @@
 //!   TV(π, p) = min(d, D). D = 0 is lossless speculative decoding, D = 1 accepts every draft.
 //! * `kl` (Tran-Thien, 2023): π maximises the acceptance probability Σ min(π, q) subject to
 //!   KL(p ‖ π) ≤ D.
+//! * `cascade`, `fuzzy`, `typical`, `lenience`: the lossy rules of the literature, each written as
+//!   the π it implies (src/mentor/lossy.rs); the budget is their one parameter ([`MentorRule::param`]).
 //!
 //! Accepting x ~ q with probability min(1, π(x)/q(x)) and otherwise drawing from normalised
 //! max(π − q, 0) yields exactly π (the speculative-sampling argument with π as the target).
 
 use serde::{Deserialize, Serialize};
+
+mod lossy;
+mod rule;
+
+pub use lossy::{
+    cascade_follows_draft, entropy, js_divergence, mix_cascade, mix_fuzzy, mix_lenience, mix_typical, typical_threshold,
+};
+pub use rule::{MentorRule, RuleParam};
 
 /// How a run's random draws are tied together, named by what each gives the user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -55,32 +65,14 @@ impl std::str::FromStr for Coupling {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum MentorRule {
-    #[default]
-    Tv,
-    Kl,
-}
-
-impl std::str::FromStr for MentorRule {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "tv" => Ok(Self::Tv),
-            "kl" => Ok(Self::Kl),
-            _ => Err(format!("unknown mentor rule `{s}`: use tv or kl")),
-        }
-    }
-}
-
 /// π at one position and the numbers the UI explains it with.
 #[derive(Debug, Clone)]
 pub struct Mixed {
     pub pi_mixed: Vec<f32>,
     /// d = TV(p, q).
     pub tv_pq: f64,
-    /// How far π moved from p towards q: θ of the TV rule; TV(π, p) / d for the KL rule.
+    /// How far π moved from p towards q: θ of the TV rule; TV(π, p) / d for the others (1 when
+    /// d = 0).
     pub theta: f64,
     /// Realised TV(π, p): what the budget actually bought at this position.
     pub tv_pi_p: f64,
@@ -113,11 +105,22 @@ pub fn kl_divergence(p: &[f32], r: &[f32]) -> f64 {
     kl
 }
 
+/// π at one position under `rule`, whose parameter is `budget` ([`MentorRule::param`]).
 pub fn mix(rule: MentorRule, p: &[f32], q: &[f32], budget: f64) -> Mixed {
     match rule {
         MentorRule::Tv => mix_tv(p, q, budget),
         MentorRule::Kl => mix_kl(p, q, budget),
+        MentorRule::Cascade => mix_cascade(p, q, budget),
+        MentorRule::Fuzzy => mix_fuzzy(p, q, budget),
+        MentorRule::Typical => mix_typical(p, q, budget),
+        MentorRule::Lenience => mix_lenience(p, q, budget),
     }
+}
+
+/// π = p, for positions the budget does not apply to (tokens copied from the context), whatever
+/// the rule: not every rule has a lossless value, and a rule's is not always 0.
+pub fn lossless(p: &[f32], q: &[f32]) -> Mixed {
+    mix_tv(p, q, 0.0)
 }
 
 pub fn mix_tv(p: &[f32], q: &[f32], budget: f64) -> Mixed {

@@ -195,3 +195,55 @@ fn metadata_that_is_not_utf8_is_an_error_naming_the_key() {
         }
     }
 }
+
+/// A budget outside the rule's range is refused before any model loads, naming the parameter, its
+/// range and the flag to change.
+#[test]
+fn cli_rejects_a_budget_outside_the_rules_range() {
+    let generate = |extra: &[&str]| {
+        let mut args = vec!["generate", "--prompt", "hi", "--target", "/no/such.gguf"];
+        args.extend_from_slice(extra);
+        cli(&args)
+    };
+    for (extra, needles) in [
+        (&["--tv-budget", "1.5"][..], &["TV budget", "between 0 and 1", "--budget"][..]),
+        (&["--rule", "cascade", "--budget", "-2"], &["cascade α", "between -1 and 1"]),
+        (&["--rule", "fuzzy", "--budget", "0.9"], &["fuzzy threshold T", "0.693"]),
+        (&["--rule", "lenience", "--budget", "0"], &["lenience l", "0.01"]),
+        (&["--rule", "typical"], &["no lossless value", "typical ε"]),
+        (&["--mentor", "kl", "--budget", "3"], &["KL budget (nats)", "between 0 and 2"]),
+    ] {
+        let (ok, stderr) = generate(extra);
+        assert!(!ok, "{extra:?} should fail");
+        for needle in needles {
+            assert!(stderr.contains(needle), "{extra:?}: stderr {stderr:?} lacks {needle:?}");
+        }
+    }
+    // A value in range gets past the check to the model's absence.
+    let (ok, stderr) = generate(&["--rule", "cascade", "--budget", "-0.5"]);
+    assert!(!ok && stderr.contains("not found"), "{stderr}");
+}
+
+/// The request's own check names the parameter of its rule and its range.
+#[test]
+fn requests_outside_the_rules_range_are_invalid() {
+    use mentor_lab::MentorRule;
+    for (rule, budget) in [
+        (MentorRule::Kl, 2.5),
+        (MentorRule::Cascade, -1.5),
+        (MentorRule::Fuzzy, -0.1),
+        (MentorRule::Typical, 1.1),
+        (MentorRule::Lenience, 0.0),
+        (MentorRule::Lenience, f64::NAN),
+    ] {
+        let req = GenerateRequest { prompt: "the rain".into(), rule, budget, ..Default::default() };
+        match req.validate() {
+            Err(EngineError::InvalidSetting(e)) => {
+                assert!(e.contains(rule.param().name) && e.contains("choose a budget"), "{rule}: {e}")
+            }
+            other => panic!("{rule} {budget}: {other:?}"),
+        }
+        let fine = GenerateRequest { budget: rule.param().max, ..req };
+        assert!(fine.validate().is_ok(), "{rule}");
+    }
+}

@@ -294,3 +294,33 @@ fn out_of_range_settings_are_brought_into_range_and_named() {
     );
     assert!(Settings::default().clone().sanitize().is_empty(), "the defaults are in range");
 }
+
+/// A budget outside its rule's range is brought into it, and the window's notice says which
+/// parameter, its range and where to change it; files that name only the first two rules (or none)
+/// still load as they were.
+#[test]
+fn a_budget_out_of_its_rules_range_is_clamped_and_explained() {
+    use mentor_lab::MentorRule;
+    for (json, rule, budget, needles) in [
+        (r#"{"rule": "cascade", "budget": -3.0}"#, MentorRule::Cascade, -1.0, vec!["cascade α", "between -1 and 1"]),
+        (r#"{"rule": "lenience", "budget": 0.0}"#, MentorRule::Lenience, 0.01, vec!["lenience l", "0.01"]),
+        (r#"{"rule": "kl", "budget": 5.0}"#, MentorRule::Kl, 2.0, vec!["KL budget (nats)", "Mentor panel"]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(SETTINGS_FILE), json).unwrap();
+        let loaded = storage::load_settings(dir.path());
+        let notice = loaded.notice.unwrap_or_default();
+        assert_eq!((loaded.value.rule, loaded.value.budget), (rule, budget), "{json}");
+        for needle in needles {
+            assert!(notice.contains(needle), "{json}: {notice}");
+        }
+        assert!(loaded.value.mentored_request().validate().is_ok(), "{json}");
+    }
+    for (json, rule) in [(r#"{"rule": "kl", "budget": 0.3}"#, MentorRule::Kl), (r#"{"budget": 0.3}"#, MentorRule::Tv)] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(SETTINGS_FILE), json).unwrap();
+        let loaded = storage::load_settings(dir.path());
+        assert!(loaded.notice.is_none(), "{json}: {:?}", loaded.notice);
+        assert_eq!((loaded.value.rule, loaded.value.budget), (rule, 0.3));
+    }
+}

@@ -465,7 +465,7 @@ impl Worker {
         out: &Outbox,
     ) {
         let total = seeds.len() * (1 + budgets.len() * lens.len());
-        let rule = format!("{:?}", base.rule).to_lowercase();
+        let rule = base.rule.key();
         let mut points = vec![("target".to_string(), Mode::Target, 0.0, DraftLen::Fixed(1))];
         for &k in lens {
             for &budget in budgets {

@@ -20,7 +20,7 @@ pub struct Settings {
     pub seed: u64,
     pub max_tokens: usize,
     pub ignore_eos: bool,
-    /// D: TV budget (or KL budget in nats with the KL rule).
+    /// The rule's one parameter (the TV budget D under the TV rule; [`MentorRule::param`]).
     pub budget: f64,
     pub draft_len: usize,
     pub adaptive: bool,
@@ -108,8 +108,7 @@ impl Settings {
         fix_f32(&mut self.repeat_penalty, 1.0, 2.0, d.repeat_penalty, "repetition penalty");
         fix_f32(&mut self.top_p, 0.05, 1.0, d.top_p, "top-p");
         fix_f32(&mut self.zoom, 0.5, 3.0, d.zoom, "zoom");
-        let max_budget = if self.rule == MentorRule::Kl { 2.0 } else { 1.0 };
-        let budget = if self.budget.is_finite() { self.budget.clamp(0.0, max_budget) } else { d.budget };
+        let budget = self.rule.param().clamp(self.budget, d.budget);
         if budget.to_bits() != self.budget.to_bits() {
             self.budget = budget;
             changed.push("budget");
@@ -198,10 +197,7 @@ impl Settings {
 
     /// Short description of the mentored configuration, as in the reference's tables.
     pub fn mentored_label(&self) -> String {
-        let rule = match self.rule {
-            MentorRule::Tv => "TV",
-            MentorRule::Kl => "KL",
-        };
+        let rule = self.rule.label();
         let copy = if self.adaptive && !self.lookup { ", no copying" } else { "" };
         let coupling = match (self.coupling, self.side_offers) {
             (Coupling::SameSeed, false) => "",
@@ -222,9 +218,15 @@ impl Settings {
             .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
-            .map(|s| match s.parse::<f64>() {
-                Ok(b) if (0.0..=1.0).contains(&b) || (self.rule == MentorRule::Kl && b >= 0.0) => Ok(b),
-                _ => Err(format!("sweep budget `{s}` is not a number in 0..1")),
+            .map(|s| {
+                let param = self.rule.param();
+                match s.parse::<f64>() {
+                    Ok(b) => param.check(b).map_err(|e| format!("sweep budget `{s}`: {e}")),
+                    Err(_) => Err(format!(
+                        "sweep budget `{s}` is not a number ({} {}..={})",
+                        param.name, param.min, param.max
+                    )),
+                }
             })
             .collect::<Result<Vec<_>, _>>()?;
         let lens = self

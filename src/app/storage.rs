@@ -63,10 +63,17 @@ pub fn load_settings(dir: &Path) -> Loaded<Settings> {
     };
     match serde_json::from_slice::<Settings>(&text) {
         Ok(mut value) => {
+            // What was wrong with the budget, said before sanitizing changes it: its range
+            // depends on the rule.
+            let budget_problem = value.rule.param().check(value.budget).err();
             let changed = value.sanitize();
             let notice = (!changed.is_empty()).then(|| {
+                let budget = match budget_problem {
+                    Some(e) => format!(" The budget: {e}; it is now {}, set it in the Mentor panel.", value.budget),
+                    None => String::new(),
+                };
                 format!(
-                    "{} held values out of range ({}); they were set to the nearest allowed value.",
+                    "{} held values out of range ({}); they were set to the nearest allowed value.{budget}",
                     path.display(),
                     changed.join(", ")
                 )

@@ -49,21 +49,7 @@ fn prompt_ui(s: &mut Settings, ui: &mut egui::Ui) {
 
 fn mentor_ui(s: &mut Settings, ui: &mut egui::Ui) {
     ui.heading("Mentor");
-    ui.horizontal(|ui| {
-        let l = ui.label("TV budget");
-        let max = if s.rule == MentorRule::Kl { 2.0 } else { 1.0 };
-        ui.add(egui::Slider::new(&mut s.budget, 0.0..=max).step_by(0.01)).labelled_by(l.id);
-    });
-    ui.horizontal(|ui| {
-        ui.weak("0 = lossless");
-        ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| ui.weak("1 = draft only"));
-    });
-    ui.horizontal(|ui| {
-        ui.label("Rule");
-        ui.radio_value(&mut s.rule, MentorRule::Tv, "TV").on_hover_text("π = (1−θ)p + θq with θ = min(1, D/TV(p,q))");
-        ui.radio_value(&mut s.rule, MentorRule::Kl, "KL")
-            .on_hover_text("π maximises acceptance subject to KL(p‖π) ≤ D (nats)");
-    });
+    rule_ui(s, ui);
     ui.horizontal(|ui| {
         ui.label("Coupling");
         ui.radio_value(&mut s.coupling, Coupling::SameSeed, "same seed").on_hover_text(
@@ -95,6 +81,27 @@ fn mentor_ui(s: &mut Settings, ui: &mut egui::Ui) {
          candidates.",
     );
     tree_ui(s, ui);
+}
+
+/// The rule's parameter slider, labelled and ranged by the rule itself (its hover text says which
+/// value is lossless), and the rule selector.
+fn rule_ui(s: &mut Settings, ui: &mut egui::Ui) {
+    let param = s.rule.param();
+    ui.horizontal(|ui| {
+        let l = ui.label(param.name);
+        ui.add(egui::Slider::new(&mut s.budget, param.range()).step_by(0.01))
+            .labelled_by(l.id)
+            .on_hover_text(param.meaning);
+    });
+    ui.horizontal_wrapped(|ui| {
+        ui.label("Rule");
+        for rule in MentorRule::ALL {
+            ui.radio_value(&mut s.rule, rule, rule.label()).on_hover_text(rule.param().meaning);
+        }
+    });
+    // A value valid for the rule before may not be for the one just chosen.
+    let param = s.rule.param();
+    s.budget = param.clamp(s.budget, param.lossless.unwrap_or(param.min));
 }
 
 /// A tree of candidates instead of a chain: its width here, its depth the draft length.

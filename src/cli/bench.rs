@@ -28,7 +28,8 @@ pub struct BenchArgs {
     seeds: usize,
     #[arg(long, default_value_t = 0.7)]
     temperature: f32,
-    /// Configurations: target, draft, fixed=K,tv=D, auto,tv=D, fixed=K,kl=D (add ,nobonus; auto
+    /// Configurations: target, draft, fixed=K,tv=D, auto,tv=D, fixed=K,kl=D, or any rule with its
+    /// parameter: cascade=α, fuzzy=T, typical=ε, lenience=l (add ,nobonus; auto
     /// also copies from the context unless ,nolookup, and after drafted tokens unless ,notail;
     /// ,feature drafts with the shipped feature draft instead of the loaded one).
     /// Repeat the flag or separate with spaces.
@@ -105,9 +106,14 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
             "auto" => c.draft_len = DraftLen::Auto,
             "fixed" | "k" => c.draft_len = value.parse().map_err(anyhow::Error::msg)?,
             "tree" => c.tree = Some(value.parse().map_err(anyhow::Error::msg)?),
-            "tv" | "kl" => {
+            _ if key.parse::<MentorRule>().is_ok() => {
                 c.rule = key.parse().map_err(anyhow::Error::msg)?;
-                c.budget = value.parse().with_context(|| format!("budget `{value}` in config `{s}` is not a number"))?;
+                let budget =
+                    value.parse().with_context(|| format!("budget `{value}` in config `{s}` is not a number"))?;
+                let param = c.rule.param();
+                c.budget = param.check(budget).map_err(|e| {
+                    anyhow::anyhow!("config `{s}`: {e}; write {key}=V with V from {} to {}", param.min, param.max)
+                })?;
             }
             "nobonus" => c.bonus = false,
             "side" => c.side_offers = true,
@@ -432,6 +438,24 @@ mod tests {
         let e = parse_config("auto,fast").unwrap_err().to_string();
         assert!(e.contains("unknown part `fast`") && e.contains("notail"), "{e}");
         assert!(parse_config("fixed=8,tv=much").unwrap_err().to_string().contains("not a number"));
+    }
+
+    #[test]
+    fn every_rule_parses_with_its_parameter_and_out_of_range_values_are_refused() {
+        for (config, rule, value) in [
+            ("fixed=8,cascade=-0.5", MentorRule::Cascade, -0.5),
+            ("fixed=8,fuzzy=0.1", MentorRule::Fuzzy, 0.1),
+            ("auto,typical=0.3", MentorRule::Typical, 0.3),
+            ("fixed=4,lenience=0.5", MentorRule::Lenience, 0.5),
+        ] {
+            let c = parse_config(config).unwrap();
+            assert_eq!((c.rule, c.budget), (rule, value), "{config}");
+        }
+        let e = parse_config("fixed=8,tv=1.5").unwrap_err().to_string();
+        assert!(e.contains("TV budget") && e.contains("between 0 and 1") && e.contains("tv=V"), "{e}");
+        let e = parse_config("fixed=8,lenience=0").unwrap_err().to_string();
+        assert!(e.contains("lenience l") && e.contains("0.01"), "{e}");
+        assert!(parse_config("fixed=8,cascade=2").is_err() && parse_config("fixed=8,fuzzy=0.7").is_err());
     }
 
     #[test]

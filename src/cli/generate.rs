@@ -37,12 +37,14 @@ pub struct GenerateArgs {
     /// target, draft or speculative.
     #[arg(long, default_value = "target")]
     mode: Mode,
-    /// TV budget D (or KL budget with --mentor kl); 0 is lossless.
-    #[arg(long, default_value_t = 0.0)]
-    tv_budget: f64,
-    /// tv or kl.
-    #[arg(long, default_value = "tv")]
-    mentor: MentorRule,
+    /// The rule's one parameter: the TV budget D under --rule tv (0 is lossless), the KL budget
+    /// in nats under kl, α under cascade, T under fuzzy, ε under typical, l under lenience.
+    /// Without it, the rule's lossless value.
+    #[arg(long, visible_alias = "tv-budget", allow_negative_numbers = true)]
+    budget: Option<f64>,
+    /// The mentor rule: tv, kl, cascade, fuzzy, typical or lenience.
+    #[arg(long, visible_alias = "mentor", default_value = "tv")]
+    rule: MentorRule,
     /// Tokens drafted per round: 1..16 or auto.
     #[arg(long, default_value = "4")]
     draft_len: DraftLen,
@@ -78,6 +80,17 @@ pub struct GenerateArgs {
     fixed_step_ms: Option<f64>,
 }
 
+/// The budget if the rule accepts it (its lossless value if none was given), else an error saying
+/// what was wrong and what to pass.
+pub fn checked_budget(rule: MentorRule, budget: Option<f64>) -> Result<f64> {
+    let param = rule.param();
+    let range = format!("Pass a --budget from {} to {}", param.min, param.max);
+    let Some(budget) = budget.or(param.lossless) else {
+        bail!("--rule {rule} has no lossless value, so it needs its {}. {range}.", param.name);
+    };
+    param.check(budget).map_err(|e| anyhow::anyhow!("--budget {budget} does not suit --rule {rule}: {e}. {range}."))
+}
+
 pub fn generate(args: GenerateArgs) -> Result<()> {
     let req = GenerateRequest {
         prompt: args.prompt.clone(),
@@ -92,8 +105,8 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
         max_tokens: args.max_tokens,
         ignore_eos: args.ignore_eos,
         mode: args.mode,
-        budget: args.tv_budget,
-        rule: args.mentor,
+        budget: checked_budget(args.rule, args.budget)?,
+        rule: args.rule,
         draft_len: args.draft_len,
         bonus: !args.no_bonus,
         lookup: !args.no_lookup,

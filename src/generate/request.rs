@@ -104,7 +104,8 @@ pub struct GenerateRequest {
     pub max_tokens: usize,
     pub ignore_eos: bool,
     pub mode: Mode,
-    /// The budget D (TV distance for the `tv` rule, nats of KL for `kl`). 0 = lossless.
+    /// The rule's one parameter: D in TV distance for `tv`, nats of KL for `kl`, α for `cascade`…
+    /// Its name, valid range and lossless value are [`MentorRule::param`]'s.
     pub budget: f64,
     pub rule: MentorRule,
     pub draft_len: DraftLen,
@@ -176,13 +177,10 @@ impl GenerateRequest {
         if self.max_tokens == 0 {
             return Err(EngineError::InvalidSetting("max tokens must be at least 1".into()));
         }
-        if !(self.budget >= 0.0 && self.budget.is_finite()) {
-            return Err(EngineError::InvalidSetting(format!("the budget must be 0 or more, got {}", self.budget)));
-        }
-        if self.rule == MentorRule::Tv && self.budget > 1.0 {
+        if let Err(e) = self.rule.param().check(self.budget) {
             return Err(EngineError::InvalidSetting(format!(
-                "a TV budget is at most 1 (1 = follow the draft), got {}",
-                self.budget
+                "{e} under the {} rule; choose a budget in that range",
+                self.rule
             )));
         }
         if let DraftLen::Fixed(k) = self.draft_len {

@@ -10,7 +10,7 @@ use super::{
 use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN, MAX_SIDE_OFFERS};
 use crate::error::{EngineError, Result};
 use crate::lookup::{point_mass, propose_matched};
-use crate::mentor::{mix, verify_same_seed, verify_token, Coupling, Mixed, Verdict};
+use crate::mentor::{lossless, mix, verify_same_seed, verify_token, Coupling, Mixed, Verdict};
 use crate::model::{LazyLogits, Transformer};
 use crate::sampling::{
     nll_given_log_z, probabilities, race_argmax, race_top, sample_index, uniform, Purpose, RaceNoise,
@@ -290,7 +290,7 @@ impl Rounds<'_> {
             let logits = verify_row(tmodel, rows, i, trunk, verify_s)?;
             let ((pt, mixed), log_z) = beside_log_z(logits, self.n_vocab, true, || {
                 let pt = probabilities(logits, &p.text[..base + i], &req.sampling, self.n_vocab);
-                let mixed = mix(req.rule, &pt, q, if copied { 0.0 } else { req.budget });
+                let mixed = if copied { lossless(&pt, q) } else { mix(req.rule, &pt, q, req.budget) };
                 (pt, mixed)
             })?;
             let verdict = self.verdict(&mixed.pi_mixed, q, x, pos);

@@ -15,7 +15,7 @@ use crate::generate::{
     beside_log_z, plain_token, top_entries, GenEvent, RoundInfo, Run, TokenInfo, TokenSource, TreeShape,
 };
 use crate::lookup::{point_mass, propose_matched};
-use crate::mentor::{mix, take_probabilities, verify_candidates, Coupling};
+use crate::mentor::{lossless, mix, take_probabilities, verify_candidates, Coupling};
 use crate::model::{LazyLogits, Transformer};
 use crate::sampling::{
     draft_uniform, nll_given_log_z, probabilities, race_argmax, race_top, sample_without_replacement, uniform,
@@ -46,7 +46,7 @@ struct Tree {
     on_chain: Vec<bool>,
     /// The estimated chance that the walk reaches the node (adaptive trees).
     reach: Vec<f64>,
-    /// Whether the node's q is a copy's next token (a point mass: verified at budget 0, as a
+    /// Whether the node's q is a copy's next token (a point mass: verified with π = p, as a
     /// chain verifies copied tokens) rather than the draft's.
     copy_q: Vec<bool>,
     /// Copied nodes, and the context match behind the copy.
@@ -356,7 +356,7 @@ impl Rounds<'_> {
     /// root it follows the nodes that hold its tokens already, then hangs the rest below as a
     /// chain, each copied token while the policy says its row pays (its chance: the node's above
     /// times the acceptance of copies after a match this long). A node whose next token comes
-    /// from the copy alone verifies it at budget 0, as a chain verifies copied tokens.
+    /// from the copy alone verifies it with π = p, as a chain verifies copied tokens.
     fn add_copy(&self, run: &Run, tree: &mut Tree) {
         let Some((copy, matched)) = propose_matched(&run.context, MAX_DRAFT_LEN.min(run.remaining())) else {
             return;
@@ -446,7 +446,7 @@ impl Rounds<'_> {
             };
             let ((pt, mixed), log_z) = beside_log_z(logits, self.n_vocab, true, || {
                 let pt = probabilities(logits, &run.context, &req.sampling, self.n_vocab);
-                let mixed = mix(req.rule, &pt, q, if tree.copy_q[node] { 0.0 } else { req.budget });
+                let mixed = if tree.copy_q[node] { lossless(&pt, q) } else { mix(req.rule, &pt, q, req.budget) };
                 (pt, mixed)
             })?;
             let children = &tree.children[node];
