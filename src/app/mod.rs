@@ -472,10 +472,13 @@ impl MentorApp {
         egui::Panel::left("controls").default_size(330.0).show(ui, |ui| {
             egui::ScrollArea::vertical().show(ui, |ui| ui_controls::controls_ui(self, ui));
         });
-        egui::Panel::bottom("history")
-            .default_size(200.0)
+        // Smaller on a laptop's screen, so the comparison's plots keep their axes above it.
+        let history_h = (ui.available_height() * 0.22).clamp(150.0, 200.0);
+        let history = egui::Panel::bottom("history")
+            .default_size(history_h)
             .resizable(true)
             .show(ui, |ui| ui_history::bottom_ui(self, ui));
+        self.view.layout.bottom_panel_top = Some(history.response.rect.top());
         egui::CentralPanel::default().show(ui, |ui| {
             let height = ui.available_height();
             egui::ScrollArea::vertical().id_salt("central").show(ui, |ui| ui_panes::comparison_ui(self, ui, height));

@@ -93,10 +93,10 @@ fn rule_ui(s: &mut Settings, ui: &mut egui::Ui) {
             .labelled_by(l.id)
             .on_hover_text(param.meaning);
     });
-    ui.horizontal_wrapped(|ui| {
-        ui.label("Rule");
+    // One line whatever the number of rules: the Run button stays on screen at laptop sizes.
+    egui::ComboBox::from_label("Rule").selected_text(s.rule.label()).show_ui(ui, |ui| {
         for rule in MentorRule::ALL {
-            ui.radio_value(&mut s.rule, rule, rule.label()).on_hover_text(rule.param().meaning);
+            ui.selectable_value(&mut s.rule, rule, rule.label()).on_hover_text(rule.param().meaning);
         }
     });
     // A value valid for the rule before may not be for the one just chosen.

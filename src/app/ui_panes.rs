@@ -189,10 +189,12 @@ fn pane_ui(
     clicked
 }
 
-/// Height of each live plot: readable axes and lines at laptop sizes.
+/// Height of each live plot where there is room; never below [`MIN_PLOT_HEIGHT`], which keeps
+/// axes and lines readable.
 pub const PLOT_HEIGHT: f32 = 200.0;
+pub const MIN_PLOT_HEIGHT: f32 = 160.0;
 /// The smallest height the text panes get before the central area scrolls.
-const MIN_PANE_HEIGHT: f32 = 120.0;
+const MIN_PANE_HEIGHT: f32 = 96.0;
 
 /// The comparison. `height` is the central area's visible height: the panes take what the
 /// stats and the plots leave, so that the plots stay on screen.
@@ -213,12 +215,18 @@ pub fn comparison_ui(app: &mut MentorApp, ui: &mut egui::Ui, height: f32) {
     } else {
         format!("Mentored ({})", app.view.mentored_label)
     };
+    let top = ui.cursor().top();
     legend_ui(ui, &mut app.settings.shade_surprise);
     let shading = if app.settings.shade_surprise { Shading::Surprise } else { Shading::Provenance };
-    // Title rows, the divergence line, the stats table (3 rows), the plots' legend and titles.
+    // Above the panes: the legend (measured) and the panes' titles and frames. Below them: last
+    // frame's measure, or an estimate of the divergence line, the stats table (3 rows) and the
+    // plots' legend, titles and axes at first.
     let row = ui.text_style_height(&egui::TextStyle::Body) + ui.spacing().item_spacing.y;
-    let fixed = PLOT_HEIGHT + 9.0 * row + 40.0;
-    let pane_h = (height - fixed).max(MIN_PANE_HEIGHT);
+    let above = ui.cursor().top() - top + row + 16.0;
+    let below = app.view.layout.below_panes_h.unwrap_or(8.0 * row + 40.0);
+    let room = height - above - below;
+    let plot_h = (room - MIN_PANE_HEIGHT).clamp(MIN_PLOT_HEIGHT, PLOT_HEIGHT);
+    let pane_h = (room - plot_h).max(MIN_PANE_HEIGHT);
     let pin = |pane| app.view.pinned.filter(|(p, _)| *p == pane).map(|(_, i)| i);
     let (pin_t, pin_m) = (pin(Pane::Target), pin(Pane::Mentored));
     let mut clicked = None;
@@ -237,9 +245,11 @@ pub fn comparison_ui(app: &mut MentorApp, ui: &mut egui::Ui, height: f32) {
         true => divergence_line(&app.view, divergence, differing.len()),
         false => None,
     };
+    let panes_bottom = ui.cursor().top();
     ui.weak(line.unwrap_or_default());
     stats_ui(ui, &app.view.target, &app.view.mentored);
-    app.view.layout.plot_rects = plots_ui(ui, &app.view.target, &app.view.mentored);
+    app.view.layout.plot_rects = plots_ui(ui, &app.view.target, &app.view.mentored, plot_h);
+    app.view.layout.below_panes_h = Some(ui.cursor().top() - panes_bottom - plot_h);
 }
 
 /// One line saying where the panes differ, or that they are identical.
@@ -347,7 +357,7 @@ pub fn category_plot<'a>(id: &str, labels: Vec<String>) -> Plot<'a> {
 /// Seconds over which the live rate plot counts tokens.
 const RATE_WINDOW_S: f64 = 0.5;
 
-fn plots_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) -> Vec<egui::Rect> {
+fn plots_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView, plot_h: f32) -> Vec<egui::Rect> {
     let progress = |p: &PaneView| -> Vec<[f64; 2]> {
         std::iter::once([0.0, 0.0]).chain(p.token_times.iter().enumerate().map(|(i, &t)| [t, (i + 1) as f64])).collect()
     };
@@ -359,14 +369,13 @@ fn plots_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) -> Vec<eg
     // The wheel scrolls the page, not the plots: over a plot it panned the live data out of view.
     ui.columns(3, |cols| {
         cols[0].label("Tokens generated vs seconds");
-        let r =
-            Plot::new("progress").height(PLOT_HEIGHT).allow_scroll(false).x_axis_label("s").show(&mut cols[0], |p| {
-                p.line(Line::new("target only", PlotPoints::new(progress(target))).color(TARGET_COLOR));
-                p.line(Line::new("mentored", PlotPoints::new(progress(mentored))).color(MENTORED_COLOR));
-            });
+        let r = Plot::new("progress").height(plot_h).allow_scroll(false).x_axis_label("s").show(&mut cols[0], |p| {
+            p.line(Line::new("target only", PlotPoints::new(progress(target))).color(TARGET_COLOR));
+            p.line(Line::new("mentored", PlotPoints::new(progress(mentored))).color(MENTORED_COLOR));
+        });
         rects.push(r.response.rect);
         cols[1].label(format!("Tokens / s (last {RATE_WINDOW_S} s)"));
-        let r = Plot::new("rate").height(PLOT_HEIGHT).allow_scroll(false).x_axis_label("s").show(&mut cols[1], |p| {
+        let r = Plot::new("rate").height(plot_h).allow_scroll(false).x_axis_label("s").show(&mut cols[1], |p| {
             let rate = |v: &PaneView| PlotPoints::new(v.rolling_tok_s(RATE_WINDOW_S));
             p.line(Line::new("target only", rate(target)).color(TARGET_COLOR));
             p.line(Line::new("mentored", rate(mentored)).color(MENTORED_COLOR));
@@ -374,7 +383,7 @@ fn plots_ui(ui: &mut egui::Ui, target: &PaneView, mentored: &PaneView) -> Vec<eg
         rects.push(r.response.rect);
         cols[2].label("Accepted / drafted per round (mentored)");
         let r = Plot::new("acceptance")
-            .height(PLOT_HEIGHT)
+            .height(plot_h)
             .allow_scroll(false)
             .x_axis_label("round")
             .include_y(0.0)

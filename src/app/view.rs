@@ -344,6 +344,12 @@ pub enum BottomTab {
 pub struct LayoutProbe {
     /// The three live plots' rectangles.
     pub plot_rects: Vec<egui::Rect>,
+    /// Last frame's height of what sits below the text panes besides the plots themselves (the
+    /// divergence line, the stats, the plots' legend, titles and axes), measured, so the panes
+    /// and plots can share the visible height exactly.
+    pub below_panes_h: Option<f32>,
+    /// Where the bottom panel (runs, inspector, experiment) starts.
+    pub bottom_panel_top: Option<f32>,
 }
 
 /// Everything the UI shows that is not a setting.

@@ -219,6 +219,8 @@ fn sliders_change_what_the_next_run_sends() {
     assert!(s.top_p < before.top_p);
     assert!(s.max_tokens > before.max_tokens);
     h.get_by_label("adaptive draft length").click();
+    h.get_by_role_and_label(Role::ComboBox, "Rule").click();
+    h.run_steps(2);
     h.get_by_label("KL").click();
     h.get_by_label("bonus token after a fully accepted round").click();
     h.get_by_label("ignore end of sequence").click();

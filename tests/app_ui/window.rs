@@ -4,9 +4,16 @@
 use super::*;
 
 fn snapshot(dark: bool, name: &str) {
+    let h = window_after_a_run(dark, egui::vec2(1400.0, 1000.0));
+    let mut h = h;
+    h.snapshot(name);
+}
+
+/// The window at `size` after a scripted run with a known pair loaded.
+fn window_after_a_run(dark: bool, size: egui::Vec2) -> Harness<'static, MentorApp> {
     let (app, rig) = app_with(Settings::default(), no_dialogs());
     let mut h = Harness::builder()
-        .with_size(egui::vec2(1400.0, 1000.0))
+        .with_size(size)
         .with_theme(if dark { egui::Theme::Dark } else { egui::Theme::Light })
         .wgpu()
         .build_ui_state(|ui, app: &mut MentorApp| app.frame_ui(ui), app);
@@ -31,7 +38,16 @@ fn snapshot(dark: bool, name: &str) {
     let (run_id, ..) = compare_of(rig.commands());
     script_run(&rig, run_id);
     h.run_steps(4);
-    h.snapshot(name);
+    h
+}
+
+/// At a laptop's 1280 × 800 the pinned token's bars carry their tokens' labels, drawn.
+#[test]
+fn snapshot_inspector_at_laptop_size() {
+    let mut h = window_after_a_run(false, egui::vec2(1280.0, 800.0));
+    h.get_by_label(" shone").click();
+    h.run_steps(4);
+    h.snapshot("inspector_1280x800");
 }
 
 #[test]
@@ -141,9 +157,11 @@ fn plots_stay_readable_at_laptop_sizes() {
         h.run_steps(3);
         let rects = h.state().view.layout.plot_rects.clone();
         assert_eq!(rects.len(), 3, "{size:?}");
+        let panel_top = h.state().view.layout.bottom_panel_top.expect("the bottom panel is drawn");
         for r in rects {
             assert!(r.height() >= 160.0, "{size:?}: plot {r:?} is too low");
             assert!(r.bottom() <= size.y && r.top() >= 0.0, "{size:?}: plot {r:?} is off screen");
+            assert!(r.bottom() <= panel_top, "{size:?}: plot {r:?} runs under the bottom panel at {panel_top}");
         }
     }
 }
