@@ -234,7 +234,7 @@ impl MentorApp {
     }
 
     /// The loaded models' short names for a run's record; the draft only where the run used it.
-    fn run_models(&self, with_draft: bool) -> (String, String) {
+    pub(crate) fn run_models(&self, with_draft: bool) -> (String, String) {
         let name = |m: &Option<(crate::gguf::ModelInfo, String)>| m.as_ref().map(|(i, _)| ui_models::short_name(i));
         let draft = if with_draft { name(&self.view.models.draft) } else { None };
         (name(&self.view.models.target).unwrap_or_default(), draft.unwrap_or_default())
@@ -416,6 +416,10 @@ impl MentorApp {
             run_id: Some(run_id),
             plan: runs.iter().map(|r| (r.label.clone(), r.repeat, r.req.seed)).collect(),
             results: vec![None; runs.len()],
+            models: match self.run_models(true) {
+                (t, d) if d.is_empty() => t,
+                (t, d) => format!("{t} + {d}"),
+            },
         };
         self.view.bottom_tab = view::BottomTab::Experiment;
         self.send(EngineCommand::Experiment { run_id, runs, cancel });

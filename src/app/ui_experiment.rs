@@ -27,6 +27,7 @@ pub fn experiment_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         if ui.add_enabled(!busy, egui::Button::new("Run the article's experiment")).on_hover_text(hover).clicked() {
             app.queue(UiCommand::Experiment);
         }
+        ui.weak(duration_note(app, n_runs));
         let ex = &app.view.experiment;
         if !ex.plan.is_empty() {
             let (done, total) = (ex.done(), ex.plan.len());
@@ -41,10 +42,25 @@ pub fn experiment_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         );
         return;
     }
+    ui.label(format!("On {}", app.view.experiment.models));
     ui.columns(2, |cols| {
         table_ui(&mut cols[0], &rows);
         chart_ui(&mut cols[1], &rows);
     });
+}
+
+/// How long the experiment would take: its tokens at the loaded target's last target-only speed
+/// (mentored runs take about as long or less).
+fn duration_note(app: &MentorApp, n_runs: u64) -> String {
+    let (target, _) = app.run_models(false);
+    let last = app.history.iter().rev().find(|r| r.config == "target" && r.target == target && r.tok_s > 0.0);
+    match last {
+        Some(r) => {
+            let seconds = (n_runs + 1) as f64 * app.settings.max_tokens as f64 / r.tok_s;
+            format!("≈ {:.0} min at {:.1} tok/s (this target's last run)", (seconds / 60.0).ceil(), r.tok_s)
+        }
+        None => "Run a comparison first to see how long it takes.".into(),
+    }
 }
 
 fn table_ui(ui: &mut egui::Ui, rows: &[ExperimentRow]) {

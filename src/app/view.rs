@@ -200,6 +200,8 @@ pub struct ExperimentView {
     pub plan: Vec<(String, usize, u64)>,
     /// The stats of each run of `plan` that has ended.
     pub results: Vec<Option<Stats>>,
+    /// The pair that ran it, "target + draft".
+    pub models: String,
 }
 
 /// One configuration's line of the experiment table.
