@@ -143,8 +143,13 @@ impl Engine {
                 let mut dfile = ModelFile::open(&p)?;
                 let tokenizer = draft_tokenizer(&dfile, &target, target_digest)?;
                 dfile.drop_tokenizer_lists();
-                let d = load_file(&dfile, tokenizer, choice.weights, &device, options)?;
+                let mut d = load_file(&dfile, tokenizer, choice.weights, &device, options)?;
                 crate::generate::check_vocab(&target, &d)?;
+                if let Some(list) = crate::head_tokens::list_path(&p) {
+                    let ids = crate::head_tokens::read_list(&list, d.model.config.n_vocab)
+                        .map_err(EngineError::InvalidSetting)?;
+                    d.model.adopt_head_tokens(ids, options.restricted_head);
+                }
                 Ok(Some(d))
             }),
         };

@@ -99,6 +99,20 @@ pub struct TokenInfo {
     /// emitted and drafted tokens always among them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub top: Vec<TopEntry>,
+    /// The mentor rule's own quantities at a drafted position ([`crate::MentorRule::explain`]:
+    /// the cascade's deferral test, the typical-acceptance threshold, …), where `n_top` asks for
+    /// the inspector's numbers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rule_notes: Vec<(String, f64)>,
+}
+
+/// The rule's own quantities at a drafted position, when the request records the inspector's
+/// numbers (`n_top > 0`; they take a few passes over the vocabulary).
+pub(crate) fn rule_notes(req: &GenerateRequest, p: &[f32], q: &[f32], drafted: u32) -> Vec<(String, f64)> {
+    match req.n_top {
+        0 => Vec::new(),
+        _ => req.rule.explain(p, q, req.budget, drafted).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+    }
 }
 
 /// One draft + verify round.
@@ -348,6 +362,7 @@ fn plain_token(id: u32, source: TokenSource) -> TokenInfo {
         drafted: None,
         offers: Vec::new(),
         top: Vec::new(),
+        rule_notes: Vec::new(),
     }
 }
 

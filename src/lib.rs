@@ -23,6 +23,7 @@ pub mod eval;
 pub mod fetch;
 pub mod generate;
 pub mod gguf;
+pub mod head_tokens;
 pub mod kernels;
 pub mod lookup;
 pub mod mentor;

@@ -22,6 +22,8 @@ enum Command {
     Generate(cli::generate::GenerateArgs),
     /// List the GGUF models found on disk.
     Models,
+    /// The tokens a draft's output head is restricted to, counted from a corpus of your text.
+    HeadTokens(cli::head_tokens::HeadTokensArgs),
     /// Fetch a built-in pair's models (`default`, `qwen-coder`): resumable, checked, atomic.
     Fetch(cli::fetch::FetchArgs),
     /// Time configurations against target-only: warm-up, repeats × seeds, medians (the article's method).
@@ -46,6 +48,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::Generate(args)) => cli::generate::generate(args),
         Some(Command::Models) => cli::models::list_models(),
         Some(Command::Fetch(args)) => cli::fetch::fetch(args),
+        Some(Command::HeadTokens(args)) => cli::head_tokens::head_tokens(args),
         Some(Command::Bench(args)) => cli::bench::run(args),
         Some(Command::EvalDraft(args)) => cli::models::eval_draft(args),
         Some(Command::Cost(args)) => cli::cost::cost(args),

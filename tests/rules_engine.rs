@@ -75,3 +75,37 @@ fn every_rule_runs_to_the_end_under_both_couplings() {
         }
     }
 }
+
+/// With the inspector's numbers asked for, every drafted position carries its rule's own
+/// quantities (the cascade's test, the typical threshold), in chains and in trees.
+#[test]
+fn drafted_tokens_carry_the_rules_own_quantities() {
+    let (_dir, mut engine) = pair();
+    for (rule, budget, key) in [(MentorRule::Cascade, 0.2, "max q"), (MentorRule::Typical, 0.3, "τ")] {
+        for tree in [None, Some(TreeShape { width: 2, depth: 3 })] {
+            let req = GenerateRequest {
+                mode: Mode::Speculative,
+                rule,
+                budget,
+                draft_len: DraftLen::Fixed(3),
+                tree,
+                n_top: 4,
+                ..base()
+            };
+            let g = engine.generate(&req, &AtomicBool::new(false), &mut |_| {}).unwrap();
+            let drafted: Vec<_> = g.tokens.iter().filter(|t| t.drafted.is_some()).collect();
+            assert!(!drafted.is_empty(), "{rule}");
+            for t in drafted {
+                assert!(
+                    t.rule_notes.iter().any(|(k, v)| k == key && v.is_finite()),
+                    "{rule} {tree:?}: {:?}",
+                    t.rule_notes
+                );
+            }
+            // Without the inspector's numbers nothing is computed.
+            let quiet =
+                engine.generate(&GenerateRequest { n_top: 0, ..req }, &AtomicBool::new(false), &mut |_| {}).unwrap();
+            assert!(quiet.tokens.iter().all(|t| t.rule_notes.is_empty()));
+        }
+    }
+}

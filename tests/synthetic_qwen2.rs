@@ -274,3 +274,44 @@ fn extra_real_tokens_are_a_vocabulary_mismatch() {
     assert!(matches!(err, mentor_lab::EngineError::VocabMismatch { .. }), "{msg}");
     assert!(msg.contains("real token, not padding") && msg.contains("tok"), "{msg}");
 }
+
+/// A head-token list beside a draft (`<draft>.head-tokens`, as `mentor-lab head-tokens` writes it)
+/// restricts its head when it loads as a draft, unless the full head is asked for; the target's
+/// text at D = 0 does not change; a damaged list is an error that names it.
+#[test]
+fn a_head_token_list_beside_the_draft_restricts_its_head() {
+    use mentor_lab::engine::{DraftUse, ModelChoice};
+    use mentor_lab::{DraftLen, EngineOptions, Mode};
+    let dir = tempfile::tempdir().unwrap();
+    let (target, draft) = (dir.path().join("target.gguf"), dir.path().join("draft.gguf"));
+    synthetic::write(&target, &synthetic::Spec { dtype: GgmlDType::Q8_0, ..Default::default() });
+    synthetic::write(&draft, &synthetic::Spec { n_layer: 1, dtype: GgmlDType::Q8_0, ..Default::default() });
+    let list = dir.path().join("draft.gguf.head-tokens");
+    let kept: Vec<u32> = (0..200).collect();
+    mentor_lab::head_tokens::write_list(&list, &kept).unwrap();
+    let choice = ModelChoice { target: Some(target), draft: Some(draft), weights: WeightFormat::File };
+    let load = |options: &EngineOptions| Engine::load(&choice, DraftUse::Required, options, &mut |_| {});
+    let mut engine = load(&EngineOptions::default()).unwrap().engine;
+    assert_eq!(engine.draft.as_ref().unwrap().model.head_restriction(), Some(200));
+    assert_eq!(engine.target.model.head_restriction(), None, "a target's head is never restricted");
+    let plain = GenerateRequest {
+        prompt: "the thin theatre".into(),
+        raw: true,
+        sampling: SamplingParams { temperature: 1.0, ..Default::default() },
+        max_tokens: 16,
+        ignore_eos: true,
+        ..Default::default()
+    };
+    let spec = GenerateRequest { mode: Mode::Speculative, draft_len: DraftLen::Fixed(3), ..plain.clone() };
+    let cancel = AtomicBool::new(false);
+    let ids = |g: mentor_lab::Generation| g.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
+    let a = ids(engine.generate(&plain, &cancel, &mut |_| {}).unwrap());
+    let b = engine.generate(&spec, &cancel, &mut |_| {}).unwrap();
+    assert!(b.tokens.iter().filter_map(|t| t.drafted).all(|x| x < 200), "drafts come from the list");
+    assert_eq!(a, ids(b));
+    let full = load(&EngineOptions { restricted_head: false, ..Default::default() }).unwrap().engine;
+    assert_eq!(full.draft.as_ref().unwrap().model.head_restriction(), None);
+    std::fs::write(&list, "5\n3\n").unwrap();
+    let err = load(&EngineOptions::default()).err().expect("a damaged list is an error").to_string();
+    assert!(err.contains("head-tokens") && err.contains("ascending"), "{err}");
+}

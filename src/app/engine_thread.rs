@@ -3,8 +3,10 @@
 //! poll or repaint continuously), and survives panics: a panic becomes an error event, the models
 //! are reloaded and the thread carries on.
 
+mod sweep;
+
 use crate::engine::{DraftUse, LoadStep, LoadedPair};
-use crate::generate::{DraftLen, GenEvent, GenerateRequest, Mode, RoundInfo, Stats, TokenInfo};
+use crate::generate::{DraftLen, GenEvent, GenerateRequest, RoundInfo, Stats, TokenInfo};
 use crate::gguf::ModelInfo;
 use crate::models::{self, FetchProgress};
 use crate::Engine;
@@ -63,7 +65,8 @@ pub enum EngineCommand {
     Sweep {
         run_id: u64,
         base: GenerateRequest,
-        budgets: Vec<f64>,
+        /// (rule, its parameter) points, each run at every draft length.
+        grid: Vec<(crate::mentor::MentorRule, f64)>,
         draft_lens: Vec<DraftLen>,
         seeds: Vec<u64>,
         cancel: Arc<AtomicBool>,
@@ -111,6 +114,7 @@ pub enum EngineEvent {
     SweepPoint {
         run_id: u64,
         label: String,
+        rule: crate::mentor::MentorRule,
         budget: f64,
         draft_len: DraftLen,
         seed: u64,
@@ -349,9 +353,9 @@ impl Worker {
                     self.current_run = None;
                     out.send(EngineEvent::Done { run_id });
                 }
-                EngineCommand::Sweep { run_id, base, budgets, draft_lens, seeds, cancel } => {
+                EngineCommand::Sweep { run_id, base, grid, draft_lens, seeds, cancel } => {
                     self.current_run = Some(run_id);
-                    self.sweep(run_id, &base, (&budgets, &draft_lens, &seeds), &cancel, out);
+                    self.sweep(run_id, &base, (&grid, &draft_lens, &seeds), &cancel, out);
                     self.current_run = None;
                     out.send(EngineEvent::Done { run_id });
                 }
@@ -451,43 +455,6 @@ impl Worker {
             Err(e) => {
                 out.send(EngineEvent::Error { run_id: Some(run_id), message: e.to_string() });
                 None
-            }
-        }
-    }
-
-    /// The grid (budgets, draft lengths, seeds): for each seed, target-only and then every point.
-    fn sweep(
-        &mut self,
-        run_id: u64,
-        base: &GenerateRequest,
-        (budgets, lens, seeds): (&[f64], &[DraftLen], &[u64]),
-        cancel: &AtomicBool,
-        out: &Outbox,
-    ) {
-        let total = seeds.len() * (1 + budgets.len() * lens.len());
-        let rule = base.rule.key();
-        let mut points = vec![("target".to_string(), Mode::Target, 0.0, DraftLen::Fixed(1))];
-        for &k in lens {
-            for &budget in budgets {
-                let label = match k {
-                    DraftLen::Auto => format!("auto,{rule}={budget}"),
-                    DraftLen::Fixed(k) => format!("fixed={k},{rule}={budget}"),
-                };
-                points.push((label, Mode::Speculative, budget, k));
-            }
-        }
-        let mut done = 0;
-        for &seed in seeds {
-            for (label, mode, budget, k) in &points {
-                if cancel.load(Ordering::Relaxed) {
-                    return;
-                }
-                let req = GenerateRequest { mode: *mode, budget: *budget, draft_len: *k, seed, ..base.clone() };
-                let Some(stats) = self.run_silent(&req, cancel, out, run_id) else { return };
-                let (label, budget, draft_len) = (label.clone(), *budget, *k);
-                out.send(EngineEvent::SweepPoint { run_id, label, budget, draft_len, seed, stats });
-                done += 1;
-                out.send(EngineEvent::SweepProgress { run_id, done, total });
             }
         }
     }

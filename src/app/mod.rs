@@ -3,6 +3,7 @@
 //! `ViewState` → drawing. The UI never blocks and never computes model math.
 
 pub mod engine_thread;
+mod history;
 pub mod measure;
 pub mod pair_fetch;
 pub mod settings;
@@ -195,77 +196,14 @@ impl MentorApp {
                 matches!(&ev, EngineEvent::SweepPoint { run_id, .. } if self.view.sweep.run_id == Some(*run_id));
             if let Some((pane, stats)) = self.view.apply(ev) {
                 self.record(pane, &stats);
+                if pane == Pane::Mentored {
+                    self.record_spend();
+                }
             }
             if sweep_point {
                 self.record_sweep_point();
             }
         }
-    }
-
-    fn record(&mut self, pane: Pane, stats: &crate::generate::Stats) {
-        let target_e2e = self.view.target.stats.as_ref().map(|s| s.e2e_s);
-        let (config, speedup) = match pane {
-            Pane::Target => ("target".to_string(), 1.0),
-            Pane::Mentored => {
-                (self.view.mentored_label.clone(), target_e2e.map(|t| t / stats.e2e_s.max(1e-9)).unwrap_or(f64::NAN))
-            }
-        };
-        let req = self.view.target_request.clone().unwrap_or_else(|| self.settings.target_request());
-        let (target, draft) = self.run_models(pane == Pane::Mentored);
-        self.history.push(RunRecord {
-            target,
-            draft,
-            when: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-            config,
-            prompt: req.prompt.chars().take(80).collect(),
-            seed: req.seed,
-            temperature: req.sampling.temperature,
-            n_tokens: stats.n_tokens,
-            acceptance: stats.acceptance_rate,
-            rounds: stats.n_rounds,
-            e2e_s: stats.e2e_s,
-            tok_s: if stats.e2e_s > 0.0 { stats.n_tokens as f64 / stats.e2e_s } else { 0.0 },
-            speedup,
-            target_nll: stats.mean_target_nll,
-            mean_tv: stats.mean_tv,
-        });
-        // Each run is on disk as soon as it is in the table.
-        self.save_state();
-    }
-
-    /// The loaded models' short names for a run's record; the draft only where the run used it.
-    pub(crate) fn run_models(&self, with_draft: bool) -> (String, String) {
-        let name = |m: &Option<(crate::gguf::ModelInfo, String)>| m.as_ref().map(|(i, _)| ui_models::short_name(i));
-        let draft = if with_draft { name(&self.view.models.draft) } else { None };
-        (name(&self.view.models.target).unwrap_or_default(), draft.unwrap_or_default())
-    }
-
-    /// The sweep's newest point into the runs table (config `sweep: …`, speedup paired with
-    /// target-only of the same seed).
-    fn record_sweep_point(&mut self) {
-        let Some(p) = self.view.sweep.points.last() else { return };
-        let speedup = self.view.sweep.paired_speedup(p).unwrap_or(f64::NAN);
-        let req = self.settings.mentored_request();
-        let s = &p.stats;
-        let (target, draft) = self.run_models(p.label != "target");
-        self.history.push(RunRecord {
-            target,
-            draft,
-            when: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-            config: format!("sweep: {}", p.label),
-            prompt: req.prompt.chars().take(80).collect(),
-            seed: p.seed,
-            temperature: req.sampling.temperature,
-            n_tokens: s.n_tokens,
-            acceptance: s.acceptance_rate,
-            rounds: s.n_rounds,
-            e2e_s: s.e2e_s,
-            tok_s: if s.e2e_s > 0.0 { s.n_tokens as f64 / s.e2e_s } else { 0.0 },
-            speedup,
-            target_nll: s.mean_target_nll,
-            mean_tv: s.mean_tv,
-        });
-        self.save_state();
     }
 
     /// Apply the commands queued during this frame.
@@ -316,37 +254,6 @@ impl MentorApp {
         }
     }
 
-    /// Load `pair` when its files are on disk, else start fetching it (once).
-    fn load_pair(&mut self, pair: crate::pairs::Pair) {
-        if self.pair_fetch.is_some() {
-            return;
-        }
-        if pair.is_fetched() {
-            let (target, draft) = pair.paths();
-            let weights = self.settings.models.weights;
-            self.queued.push(UiCommand::Load(ModelChoice { target: Some(target), draft, weights }));
-            self.apply_queued();
-        } else {
-            self.view.error = None;
-            self.pair_fetch = Some(pair_fetch::PairFetch::start(pair));
-        }
-    }
-
-    /// A finished fetch loads its pair; a failed one says why (a cancel included).
-    fn poll_pair_fetch(&mut self) {
-        let Some(outcome) = self.pair_fetch.as_mut().and_then(|f| f.poll()) else { return };
-        let pair = self.pair_fetch.take().map(|f| f.pair);
-        match outcome {
-            pair_fetch::FetchOutcome::Loaded(choice) => {
-                self.fetched_pairs.extend(pair);
-                let weights = self.settings.models.weights;
-                self.queued.push(UiCommand::Load(ModelChoice { weights, ..choice }));
-                self.send(EngineCommand::Discover);
-            }
-            pair_fetch::FetchOutcome::Failed(e) => self.view.error = Some(e),
-        }
-    }
-
     fn export(&mut self, name: &str, contents: String) {
         let Some(path) = self.dialogs.save_file(name) else { return };
         match std::fs::write(&path, contents) {
@@ -390,7 +297,7 @@ impl MentorApp {
     }
 
     fn start_sweep(&mut self) {
-        let (budgets, draft_lens) = match self.settings.sweep_grid() {
+        let (grid, draft_lens) = match self.settings.sweep_grid() {
             Ok(g) => g,
             Err(e) => {
                 self.view.error = Some(e);
@@ -400,10 +307,10 @@ impl MentorApp {
         let (run_id, cancel) = self.new_run();
         let n_seeds = self.settings.sweep_seeds.clamp(1, 20);
         let seeds: Vec<u64> = (0..n_seeds).map(|i| self.settings.seed.wrapping_add(i)).collect();
-        let total = seeds.len() * (1 + budgets.len() * draft_lens.len());
+        let total = seeds.len() * (1 + grid.len() * draft_lens.len());
         self.view.sweep = view::SweepView { run_id: Some(run_id), total, ..Default::default() };
         let base = self.settings.mentored_request();
-        self.send(EngineCommand::Sweep { run_id, base, budgets, draft_lens, seeds, cancel });
+        self.send(EngineCommand::Sweep { run_id, base, grid, draft_lens, seeds, cancel });
     }
 
     fn start_experiment(&mut self) {

@@ -137,3 +137,36 @@ pub fn pair_buttons_ui(app: &mut super::MentorApp, ui: &mut egui::Ui) {
         app.queue(super::UiCommand::LoadPair(pair));
     }
 }
+
+impl super::MentorApp {
+    /// Load `pair` when its files are on disk, else start fetching it (once).
+    pub(super) fn load_pair(&mut self, pair: crate::pairs::Pair) {
+        if self.pair_fetch.is_some() {
+            return;
+        }
+        if pair.is_fetched() {
+            let (target, draft) = pair.paths();
+            let weights = self.settings.models.weights;
+            self.queued.push(super::UiCommand::Load(ModelChoice { target: Some(target), draft, weights }));
+            self.apply_queued();
+        } else {
+            self.view.error = None;
+            self.pair_fetch = Some(PairFetch::start(pair));
+        }
+    }
+
+    /// A finished fetch loads its pair; a failed one says why (a cancel included).
+    pub(super) fn poll_pair_fetch(&mut self) {
+        let Some(outcome) = self.pair_fetch.as_mut().and_then(|f| f.poll()) else { return };
+        let pair = self.pair_fetch.take().map(|f| f.pair);
+        match outcome {
+            FetchOutcome::Loaded(choice) => {
+                self.fetched_pairs.extend(pair);
+                let weights = self.settings.models.weights;
+                self.queued.push(super::UiCommand::Load(ModelChoice { weights, ..choice }));
+                self.send(super::engine_thread::EngineCommand::Discover);
+            }
+            FetchOutcome::Failed(e) => self.view.error = Some(e),
+        }
+    }
+}

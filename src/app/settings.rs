@@ -6,6 +6,12 @@ use crate::mentor::{Coupling, MentorRule};
 use crate::sampling::SamplingParams;
 use serde::{Deserialize, Serialize};
 
+/// A sweep's points: each rule with one value of its parameter.
+pub type SweepGrid = Vec<(MentorRule, f64)>;
+
+/// Values per rule when the sweep covers every rule.
+pub const SWEEP_VALUES_PER_RULE: usize = 5;
+
 /// How many tokens the inspector shows per position (p, q and π's most likely).
 pub const INSPECTOR_ROWS: usize = 12;
 
@@ -50,6 +56,9 @@ pub struct Settings {
     /// Sweep grid, as typed: comma-separated budgets and draft lengths (`auto` allowed).
     pub sweep_budgets: String,
     pub sweep_lens: String,
+    /// Sweep every rule, each over five values across its range, instead of the chosen rule over
+    /// the budgets typed: the rules' frontier.
+    pub sweep_all_rules: bool,
 }
 
 impl Default for Settings {
@@ -82,6 +91,7 @@ impl Default for Settings {
             sweep_seeds: 3,
             sweep_budgets: "0, 0.25, 0.5, 0.75, 1".into(),
             sweep_lens: "4, 8".into(),
+            sweep_all_rules: false,
         }
     }
 }
@@ -211,8 +221,9 @@ impl Settings {
         format!("{rule}={:.2}, {shape}{}{copy}{coupling}", self.budget, if self.bonus { "" } else { ", no bonus" })
     }
 
-    /// Parse the sweep grid; an error names the entry that is wrong.
-    pub fn sweep_grid(&self) -> Result<(Vec<f64>, Vec<DraftLen>), String> {
+    /// Parse the sweep grid: (rule, value) points and draft lengths; an error names the entry
+    /// that is wrong.
+    pub fn sweep_grid(&self) -> Result<(SweepGrid, Vec<DraftLen>), String> {
         let budgets = self
             .sweep_budgets
             .split(',')
@@ -239,6 +250,13 @@ impl Settings {
         if budgets.is_empty() || lens.is_empty() {
             return Err("the sweep needs at least one budget and one draft length".into());
         }
-        Ok((budgets, lens))
+        let grid = match self.sweep_all_rules {
+            true => MentorRule::ALL
+                .into_iter()
+                .flat_map(|r| r.param().frontier_values(SWEEP_VALUES_PER_RULE).into_iter().map(move |v| (r, v)))
+                .collect(),
+            false => budgets.into_iter().map(|b| (self.rule, b)).collect(),
+        };
+        Ok((grid, lens))
     }
 }

@@ -165,9 +165,14 @@ fn run_stop_ui(app: &mut MentorApp, ui: &mut egui::Ui, busy: bool) {
 fn sweep_ui(app: &mut MentorApp, ui: &mut egui::Ui, busy: bool) {
     ui.heading("Sweep");
     let s = &mut app.settings;
-    ui.horizontal(|ui| {
-        let l = ui.label("Budgets");
-        ui.text_edit_singleline(&mut s.sweep_budgets).labelled_by(l.id);
+    ui.checkbox(&mut s.sweep_all_rules, "every rule, five values each").on_hover_text(
+        "The rules' frontier: each rule over five values across its range, coloured by rule in the plot",
+    );
+    ui.add_enabled_ui(!s.sweep_all_rules, |ui| {
+        ui.horizontal(|ui| {
+            let l = ui.label("Budgets");
+            ui.text_edit_singleline(&mut s.sweep_budgets).labelled_by(l.id);
+        });
     });
     ui.horizontal(|ui| {
         let l = ui.label("Draft lengths");

@@ -15,11 +15,13 @@ pub fn bottom_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
         ui.selectable_value(tab, BottomTab::Runs, "Runs and sweep");
         ui.selectable_value(tab, BottomTab::Inspector, "Token inspector");
         ui.selectable_value(tab, BottomTab::Experiment, "The article's experiment");
+        ui.selectable_value(tab, BottomTab::Spend, "Where the budget goes");
     });
     match app.view.bottom_tab {
         BottomTab::Runs => history_ui(app, ui),
         BottomTab::Inspector => super::ui_inspector::inspector_ui(app, ui),
         BottomTab::Experiment => super::ui_experiment::experiment_ui(app, ui),
+        BottomTab::Spend => spend_ui(app, ui),
     }
 }
 
@@ -89,11 +91,57 @@ fn models_of(r: &crate::app::view::RunRecord) -> String {
     }
 }
 
+/// Each drafted position of the last comparisons: d = TV(p, q) against the TV(π, p) the rule
+/// spent there, one colour per rule. The TV rule lies on min(d, D); the others show their shape.
+fn spend_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
+    if app.view.spend.is_empty() {
+        ui.weak("Run comparisons under different rules: each drafted position appears here at its d = TV(p, q) and the TV(π, p) the rule spent there.");
+        return;
+    }
+    Plot::new("spend")
+        .x_axis_label("d = TV(p, q)")
+        .y_axis_label("realised TV(π, p)")
+        .include_x(0.0)
+        .include_x(1.0)
+        .include_y(0.0)
+        .include_y(1.0)
+        .allow_scroll(false)
+        .legend(egui_plot::Legend::default())
+        .show(ui, |p| {
+            p.line(Line::new("", PlotPoints::new(vec![[0.0, 0.0], [1.0, 1.0]])).color(egui::Color32::GRAY).width(0.5));
+            for run in &app.view.spend {
+                let color = rule_color(Some(run.rule));
+                p.points(Points::new(run.label.clone(), PlotPoints::new(run.points.clone())).radius(2.0).color(color));
+            }
+        });
+}
+
+/// One colour per rule on the frontier (grey for target-only).
+pub(crate) fn rule_color(rule: Option<crate::mentor::MentorRule>) -> egui::Color32 {
+    use crate::mentor::MentorRule as R;
+    match rule {
+        None => egui::Color32::GRAY,
+        Some(R::Tv) => egui::Color32::from_rgb(230, 120, 40),
+        Some(R::Kl) => egui::Color32::from_rgb(60, 130, 210),
+        Some(R::Cascade) => egui::Color32::from_rgb(60, 170, 90),
+        Some(R::Fuzzy) => egui::Color32::from_rgb(170, 80, 200),
+        Some(R::Typical) => egui::Color32::from_rgb(200, 60, 80),
+        Some(R::Lenience) => egui::Color32::from_rgb(150, 120, 40),
+    }
+}
+
 /// Each configuration at its median (target NLL, speedup) over the sweep's seeds, with whiskers
 /// from the smallest to the largest value on both axes; the legend sits outside the data.
 fn frontier_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
-    ui.strong("Sweep: speedup vs target NLL (medians over seeds; whiskers: min to max)");
     let pts = app.view.sweep.frontier();
+    ui.horizontal_wrapped(|ui| {
+        ui.strong("Sweep: speedup vs target NLL (medians over seeds; whiskers: min to max)");
+        for rule in crate::mentor::MentorRule::ALL {
+            if pts.iter().any(|f| f.rule == Some(rule)) {
+                ui.label(RichText::new(rule.key()).color(rule_color(Some(rule))));
+            }
+        }
+    });
     Plot::new("frontier")
         .x_axis_label("mean target NLL (lower is closer to the target)")
         .y_axis_label("speedup ×")
@@ -109,9 +157,10 @@ fn frontier_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
                 let [n_lo, n_mid, n_hi] = f.nll;
                 let [s_lo, s_mid, s_hi] = f.speedup;
                 let name = format!("{} ({} seeds)", f.label, f.n_seeds);
-                p.line(Line::new("", PlotPoints::new(vec![[n_lo, s_mid], [n_hi, s_mid]])).width(1.0));
-                p.line(Line::new("", PlotPoints::new(vec![[n_mid, s_lo], [n_mid, s_hi]])).width(1.0));
-                p.points(Points::new(name, PlotPoints::new(vec![[n_mid, s_mid]])).radius(4.0));
+                let color = rule_color(f.rule);
+                p.line(Line::new("", PlotPoints::new(vec![[n_lo, s_mid], [n_hi, s_mid]])).width(1.0).color(color));
+                p.line(Line::new("", PlotPoints::new(vec![[n_mid, s_lo], [n_mid, s_hi]])).width(1.0).color(color));
+                p.points(Points::new(name, PlotPoints::new(vec![[n_mid, s_mid]])).radius(4.0).color(color));
                 p.text(
                     Text::new("", PlotPoint::new(n_mid, s_mid), RichText::new(format!("  {}", f.label)).small())
                         .anchor(egui::Align2::LEFT_BOTTOM),

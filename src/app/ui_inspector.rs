@@ -51,6 +51,9 @@ fn facts_ui(ui: &mut egui::Ui, pane: Pane, view: &PaneView, t: &TokenInfo) {
     num("θ:", t.theta);
     num("acceptance probability min(1, π/q):", t.accept_prob);
     num("surprise -log p(x) at T = 1:", t.nll);
+    for (name, v) in &t.rule_notes {
+        num(&format!("{name}:"), Some(*v));
+    }
     if let Some(x) = t.drafted {
         let name =
             |x: u32| t.top.iter().find(|e| e.id == x).map(|e| shown(&e.text)).unwrap_or_else(|| format!("id {x}"));

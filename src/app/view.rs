@@ -114,10 +114,20 @@ pub fn to_csv(records: &[RunRecord]) -> String {
     s
 }
 
+/// Where one mentored run spent its budget: (d = TV(p, q), realised TV(π, p)) at each drafted
+/// position, under its rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpendRun {
+    pub rule: crate::mentor::MentorRule,
+    pub label: String,
+    pub points: Vec<[f64; 2]>,
+}
+
 /// One point of a sweep: the speed/quality frontier.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepPoint {
     pub label: String,
+    pub rule: crate::mentor::MentorRule,
     pub budget: f64,
     pub draft_len: DraftLen,
     pub seed: u64,
@@ -137,6 +147,8 @@ pub struct SweepView {
 #[derive(Debug, Clone, PartialEq)]
 pub struct FrontierPoint {
     pub label: String,
+    /// The rule of a speculative point (none for target-only), which colours it.
+    pub rule: Option<crate::mentor::MentorRule>,
     pub n_seeds: usize,
     pub nll: [f64; 3],
     pub speedup: [f64; 3],
@@ -171,6 +183,7 @@ impl SweepView {
                 }
                 Some(FrontierPoint {
                     label: label.to_string(),
+                    rule: mine.first().filter(|_| label != "target").map(|p| p.rule),
                     n_seeds: mine.len(),
                     nll: spread(mine.iter().map(|p| p.stats.mean_target_nll).collect()),
                     speedup: spread(speedups),
@@ -339,6 +352,7 @@ pub enum BottomTab {
     Runs,
     Inspector,
     Experiment,
+    Spend,
 }
 
 /// Where the last frame drew what the layout promises (read by the layout tests).
@@ -370,6 +384,8 @@ pub struct ViewState {
     pub target_request: Option<GenerateRequest>,
     pub mentored_label: String,
     pub sweep: SweepView,
+    /// The last comparisons' per-position spend of their budgets, for the scatter.
+    pub spend: Vec<SpendRun>,
     pub models: ModelsView,
     pub error: Option<String>,
     pub n_stale_dropped: usize,
@@ -442,10 +458,10 @@ impl ViewState {
                 }
                 return Some((pane, stats));
             }
-            EngineEvent::SweepPoint { run_id, label, budget, draft_len, seed, stats }
+            EngineEvent::SweepPoint { run_id, label, rule, budget, draft_len, seed, stats }
                 if self.sweep.run_id == Some(run_id) =>
             {
-                self.sweep.points.push(SweepPoint { label, budget, draft_len, seed, stats });
+                self.sweep.points.push(SweepPoint { label, rule, budget, draft_len, seed, stats });
             }
             EngineEvent::ExperimentResult { run_id, index, stats } if self.experiment.run_id == Some(run_id) => {
                 if let Some(slot) = self.experiment.results.get_mut(index) {

@@ -42,6 +42,10 @@ pub struct BenchArgs {
     /// same-seed, max-acceptance, or both (each speculative configuration runs with each).
     #[arg(long, default_value = "same-seed")]
     coupling: String,
+    /// Instead of --config: every mentor rule at five values across its range, with draft length
+    /// K, and a table of where each lands in speed against the target's NLL.
+    #[arg(long, value_name = "K")]
+    frontier: Option<usize>,
 }
 
 fn default_configs() -> Vec<String> {
@@ -207,8 +211,11 @@ pub fn with_couplings(configs: Vec<BenchConfig>, coupling: &str) -> Result<Vec<B
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    let configs: Vec<BenchConfig> =
-        args.configs.iter().flat_map(|c| c.split_whitespace()).map(parse_config).collect::<Result<_>>()?;
+    let names = match args.frontier {
+        Some(k) => super::frontier::configs(k),
+        None => args.configs.iter().flat_map(|c| c.split_whitespace()).map(str::to_string).collect(),
+    };
+    let configs: Vec<BenchConfig> = names.iter().map(|c| parse_config(c)).collect::<Result<_>>()?;
     let configs = with_couplings(configs, &args.coupling)?;
     let prompt = preset(&args.prompt).map(|p| p.prompt.to_string()).unwrap_or_else(|| args.prompt.clone());
     let need_draft = configs.iter().any(|c| c.mode != Mode::Target);
@@ -258,6 +265,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         eprintln!();
     }
     print_table(&configs, &all);
+    if args.frontier.is_some() {
+        super::frontier::print(&frontier_points(&configs, &all));
+    }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&all)?)
             .with_context(|| format!("writing {}", path.display()))?;
@@ -357,6 +367,24 @@ fn speedup(all: &[Measurement], label: &str) -> Option<(f64, f64, f64)> {
         .collect();
     let q = |p| quantile(ratios.clone(), p);
     Some((q(0.5), q(0.25), q(0.75))).filter(|s| s.0.is_finite())
+}
+
+/// Each speculative configuration's mean target NLL, realised TV and paired speedup.
+fn frontier_points(configs: &[BenchConfig], all: &[Measurement]) -> Vec<super::frontier::Point> {
+    configs
+        .iter()
+        .filter(|c| c.mode == Mode::Speculative)
+        .map(|c| {
+            let ms = || all.iter().filter(|m| m.config == c.label);
+            super::frontier::Point {
+                rule: c.rule,
+                value: c.budget,
+                nll: mean(ms().map(|m| m.mean_target_nll)),
+                mean_tv: mean(ms().map(|m| m.mean_tv)),
+                speedup: speedup(all, &c.label).map_or(f64::NAN, |s| s.0),
+            }
+        })
+        .collect()
 }
 
 fn print_table(configs: &[BenchConfig], all: &[Measurement]) {

@@ -138,6 +138,18 @@ impl RuleParam {
         v.clamp(self.min, self.max)
     }
 
+    /// `n` values for a frontier: even steps from the no-relaxation value (for a rule without one,
+    /// its strict end: typical acceptance relaxes as ε falls) to the other end of the range,
+    /// rounded to three decimals inside it.
+    pub fn frontier_values(&self, n: usize) -> Vec<f64> {
+        let start = self.lossless.unwrap_or(self.max);
+        let end = if start >= self.max { self.min } else { self.max };
+        (1..=n)
+            .map(|i| start + (end - start) * i as f64 / n as f64)
+            .map(|x| self.clamp((x * 1000.0).round() / 1000.0, x))
+            .collect()
+    }
+
     /// " (0 = lossless)", or that no value is lossless.
     fn ends(&self) -> String {
         match self.lossless {

@@ -413,6 +413,23 @@ impl TensorReader<'_> {
 }
 
 impl Transformer {
+    /// Restrict a draft's head to `tokens` (a list from beside its file, see
+    /// [`crate::head_tokens`]) where its file lists none; `on` says whether the restriction is in
+    /// use now. Returns whether a restricted head was built (the head must be in the kernels).
+    pub fn adopt_head_tokens(&mut self, tokens: Vec<u32>, on: bool) -> bool {
+        if self.head_tokens.is_some() || self.features.is_some() {
+            return false;
+        }
+        let Some(small) = self.head.as_ref().and_then(|h| small_head(h, &tokens)) else { return false };
+        if on {
+            self.weight_desc.push_str(&format!(", head restricted to {} frequent tokens", tokens.len()));
+        }
+        self.small_head = Some(small);
+        self.head_tokens = Some(tokens);
+        self.restrict_head = on;
+        true
+    }
+
     /// Load with the process's options ([`crate::options::current`]).
     pub fn load(file: &ModelFile, format: WeightFormat, device: &Device) -> Result<Transformer> {
         Self::load_with(file, format, device, &crate::options::current())

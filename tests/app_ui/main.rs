@@ -86,6 +86,7 @@ fn token(id: u32, text: &str, source: TokenSource, round: usize) -> TokenInfo {
         drafted: spec.then_some(id + 100),
         offers: if spec { vec![id + 200] } else { Vec::new() },
         top: inspector_rows(id, text, spec),
+        rule_notes: if spec { vec![("τ".into(), 0.125)] } else { Vec::new() },
     }
 }
 
@@ -498,10 +499,11 @@ fn sweep_sends_the_grid_and_plots_the_frontier() {
     h.get_by_role_and_label(Role::Button, "Sweep").click();
     h.run_steps(2);
     let cmds = rig.commands();
-    let Some(EngineCommand::Sweep { run_id, budgets, draft_lens, seeds, .. }) = cmds.into_iter().next() else {
+    let Some(EngineCommand::Sweep { run_id, grid, draft_lens, seeds, .. }) = cmds.into_iter().next() else {
         panic!("no sweep sent")
     };
-    assert_eq!(budgets, vec![0.0, 0.5, 1.0]);
+    let tv = mentor_lab::MentorRule::Tv;
+    assert_eq!(grid, vec![(tv, 0.0), (tv, 0.5), (tv, 1.0)]);
     assert_eq!(draft_lens, vec![DraftLen::Fixed(4), DraftLen::Auto]);
     assert_eq!(seeds, vec![42, 43, 44], "three seeds from the settings' seed");
     assert_eq!(h.state().view.sweep.total, 3 * 7);
@@ -510,6 +512,7 @@ fn sweep_sends_the_grid_and_plots_the_frontier() {
         let point = |label: &str, budget, k, e2e, nll| EngineEvent::SweepPoint {
             run_id,
             label: label.into(),
+            rule: mentor_lab::MentorRule::Tv,
             budget,
             draft_len: DraftLen::Fixed(k),
             seed,
@@ -526,6 +529,7 @@ fn sweep_sends_the_grid_and_plots_the_frontier() {
     assert_eq!(f[1].speedup, [1.0, 1.5, 2.0]);
     assert_eq!(f[1].nll, [2.1, 2.3, 2.5]);
     assert_eq!(f[0].speedup, [1.0, 1.0, 1.0]);
+    assert_eq!((f[0].rule, f[1].rule), (None, Some(tv)), "target-only is no rule's point");
     h.get_by_label("4/21");
     // Every sweep run is in the runs table, with its seed and paired speedup.
     let sweep_rows: Vec<_> = h.state().history.iter().filter(|r| r.config.starts_with("sweep: ")).cloned().collect();
@@ -542,6 +546,26 @@ fn sweep_sends_the_grid_and_plots_the_frontier() {
     h.run_steps(2);
     assert!(rig.commands().is_empty());
     h.get_by_label_contains("sweep budget `lots`");
+}
+
+/// "every rule" sweeps each rule over five values across its range, whatever the budgets typed.
+#[test]
+fn a_sweep_over_every_rule_sends_each_rules_values() {
+    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let mut h = harness(app);
+    h.state_mut().settings.sweep_lens = "8".into();
+    h.get_by_label("every rule, five values each").click();
+    h.run_steps(1);
+    h.get_by_role_and_label(Role::Button, "Sweep").click();
+    h.run_steps(2);
+    let Some(EngineCommand::Sweep { grid, .. }) = rig.commands().into_iter().next() else { panic!("no sweep sent") };
+    assert_eq!(grid.len(), 5 * mentor_lab::MentorRule::ALL.len());
+    for rule in mentor_lab::MentorRule::ALL {
+        let values: Vec<f64> = grid.iter().filter(|(r, _)| *r == rule).map(|&(_, v)| v).collect();
+        assert_eq!(values, rule.param().frontier_values(5), "{rule}");
+        assert!(values.iter().all(|&v| rule.param().check(v).is_ok()));
+    }
+    assert_eq!(h.state().view.sweep.total, 3 * (1 + 30));
 }
 
 /// What changes size while a run streams (the stats filling in as the target pane finishes, a new

@@ -189,6 +189,9 @@ fn clicking_a_token_pins_the_inspector() {
     h.get_by_label_contains("The draft proposed \"alt7\": rejected");
     h.get_by_label_contains("Also verified here, the draft's runners-up: \"other7\".");
     h.get_by_label_contains("Round 0: 4 proposed");
+    // The rule's own quantities at the position.
+    h.get_by_label("τ:");
+    h.get_by_label("0.1250");
     // The round at each depth: the emitted token, then the candidates verified beside it.
     h.get_by_label_contains("At each depth: the token the walk emitted");
     h.get_by_label("rejected \"alt7\"");
