@@ -417,7 +417,8 @@ impl Transformer {
     /// Use the restricted output head (where the file lists tokens for one) or the full one.
     /// Returns whether the head is now restricted.
     pub fn set_head_restricted(&mut self, on: bool) -> bool {
-        self.restrict_head = on && self.small_head.is_some();
+        // A draft whose full head was let go at load (`adopt_head_tokens`) stays restricted.
+        self.restrict_head = self.small_head.is_some() && (on || self.head.is_none());
         self.restrict_head
     }
 

@@ -72,6 +72,19 @@ fn the_pair_shares_one_tokenizer_that_round_trips() {
     }
 }
 
+/// The draft's head is restricted to the list shipped for it (its 151,936-row head is a third of
+/// what it reads per token); the target's never is.
+#[test]
+fn the_draft_uses_the_shipped_head_token_list() {
+    let engine = engine();
+    let draft = engine.draft.as_ref().unwrap();
+    let list = mentor_lab::head_tokens::list_path(&draft.info.path).expect("a list ships for the pair's draft");
+    let ids = mentor_lab::head_tokens::read_list(&list, draft.model.config.n_vocab).unwrap();
+    assert!(ids.len() >= 32_768 && ids.contains(&151_645), "the end of turn is always kept");
+    assert_eq!(draft.model.head_restriction(), Some(ids.len()));
+    assert_eq!(engine.target.model.head_restriction(), None);
+}
+
 /// Under the same-seed coupling, D = 0 writes target-only's tokens, with a fixed draft length and
 /// with the adaptive one (which also copies from the context).
 #[test]
