@@ -99,6 +99,19 @@ fn same_seed_at_d0_equals_target_only() {
     }
 }
 
+/// Every rule at its no-relaxation value (cascade α = −1, fuzzy T = 0, lenience l = 1, and the
+/// budget rules at 0) writes target-only's token ids on the real pair under the same-seed coupling.
+#[test]
+fn every_rule_at_no_relaxation_writes_the_target_only_text() {
+    let mut engine = engine();
+    let plain = run(&mut engine, &request(Mode::Target, DraftLen::Fixed(4), 0.0));
+    for rule in mentor_lab::MentorRule::ALL {
+        let Some(lossless) = rule.param().lossless else { continue };
+        let req = GenerateRequest { rule, ..request(Mode::Speculative, DraftLen::Fixed(4), lossless) };
+        assert_eq!(ids(&run(&mut engine, &req)), ids(&plain), "{rule} at {lossless}");
+    }
+}
+
 /// A TV budget of 0.5 lets more drafted tokens through than the lossless run of the same seed.
 #[test]
 fn a_budget_buys_acceptance() {

@@ -12,7 +12,7 @@ const PROBE_EVERY: usize = 8;
 const MAX_PROBE_EVERY: usize = 64;
 /// While drafting wins, a target-only step is timed again after this many rounds if drafting's
 /// expected gain is below `RETIME_GAIN`: its estimate would otherwise date from before the streak
-/// (a shorter context, another phase of a noisy machine). It costs at most (gain − 1) of a round
+/// (a shorter context, the machine's speed since). It costs at most (gain − 1) of a round
 /// once per `RETIME_EVERY` rounds, under 1%.
 pub(super) const RETIME_EVERY: usize = 24;
 const RETIME_GAIN: f64 = 1.25;

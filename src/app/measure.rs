@@ -5,7 +5,7 @@
 //! mentored, one seed) twice, back to back: once drawn as in normal use (repainting on the
 //! engine's events, paced as always) and once not drawn (the engine's events of the run wake
 //! nobody, so the window stays idle until the run ends). Same window, engine, models and memory;
-//! the order alternates from seed to seed, and a VM whose speed drifts moves both runs of a pair
+//! the order alternates from seed to seed, and a drift in the machine's speed moves both runs of a pair
 //! together. One warm-up pair comes first. The window closes itself, and it never reads or writes
 //! the user's saved settings and history (no storage).
 

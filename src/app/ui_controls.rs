@@ -156,7 +156,7 @@ fn run_stop_ui(app: &mut MentorApp, ui: &mut egui::Ui, busy: bool) {
         }
         if busy {
             // A static label, not a spinner: a spinner repaints every frame and steals CPU from
-            // the engine (measured: decode fell from ~30 to 5-7 tok/s under contention).
+            // the engine (docs/architecture.md, Threads).
             ui.weak("generating…");
         }
     });

@@ -248,8 +248,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     eprintln!();
     let mut all: Vec<Measurement> = Vec::new();
     // Configurations take turns within each seed of each repeat, starting one later each time:
-    // a shared machine's speed can drift by tens of percent within a minute, and whatever separates two runs
-    // that are compared goes into their ratio.
+    // whatever drift in the machine's speed separates two runs that are compared goes into their
+    // ratio (docs/performance.md, Machines).
     for repeat in 0..args.repeats {
         eprint!("repeat {}/{}:", repeat + 1, args.repeats);
         for s in 0..args.seeds {
@@ -354,7 +354,7 @@ impl Measurement {
 
 /// Speedup of `label`: the median over (repeat, seed) of target-only's time over the
 /// configuration's, each pair run within seconds of each other; the quartiles of those ratios show
-/// how far the machine's noise moves one pair.
+/// how far the machine's variation moves one pair.
 fn speedup(all: &[Measurement], label: &str) -> Option<(f64, f64, f64)> {
     let ratios: Vec<f64> = all
         .iter()

@@ -101,7 +101,7 @@ fn print_memory(m: &LoadedModel) {
 
 /// Seconds of a forward over k new tokens after `ctx`, per entry of `ks`, one list of `repeats`
 /// timings each. Every repeat times each k once, back to back, so that the ratio to k = 1 is
-/// taken within the repeat: a VM whose speed drifts by tens of percent over seconds then moves
+/// taken within the repeat: a machine whose speed drifts (docs/performance.md, Machines) then moves
 /// both sides of each ratio together.
 fn time_forwards(m: &mut LoadedModel, ctx: &[u32], ks: &[usize], repeats: usize) -> Result<Vec<Vec<f64>>> {
     m.model.clear()?;
