@@ -99,20 +99,10 @@ pub struct TokenInfo {
     /// emitted and drafted tokens always among them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub top: Vec<TopEntry>,
-    /// The mentor rule's own quantities at a drafted position ([`crate::MentorRule::explain`]:
-    /// the cascade's deferral test, the typical-acceptance threshold, …), where `n_top` asks for
-    /// the inspector's numbers.
+    /// The mentor rule's own quantities at a drafted position ([`crate::MentorRule::explain`]),
+    /// where `n_top` asks for the inspector's numbers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rule_notes: Vec<(String, f64)>,
-}
-
-/// The rule's own quantities at a drafted position, when the request records the inspector's
-/// numbers (`n_top > 0`; they take a few passes over the vocabulary).
-pub(crate) fn rule_notes(req: &GenerateRequest, p: &[f32], q: &[f32], drafted: u32) -> Vec<(String, f64)> {
-    match req.n_top {
-        0 => Vec::new(),
-        _ => req.rule.explain(p, q, req.budget, drafted).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-    }
 }
 
 /// One draft + verify round.
@@ -205,10 +195,8 @@ pub fn check_vocab(target: &LoadedModel, draft: &LoadedModel) -> Result<usize> {
     let n = target.tokenizer.vocab_size().min(draft.tokenizer.vocab_size());
     // Vocabularies may differ in their padding tail only (Qwen2.5-7B lists 152,064 entries, its
     // 0.5B sibling 151,936): past the shorter list the longer one must be padding.
-    let (longer, longer_path) = match target.tokenizer.vocab_size() >= draft.tokenizer.vocab_size() {
-        true => (&target.tokenizer, "target"),
-        false => (&draft.tokenizer, "draft"),
-    };
+    let target_longer = target.tokenizer.vocab_size() >= draft.tokenizer.vocab_size();
+    let (longer, longer_path) = if target_longer { (&target.tokenizer, "target") } else { (&draft.tokenizer, "draft") };
     if longer.n_unpadded > n {
         return Err(mismatch(format!(
             "vocabulary sizes {} and {} differ, and the {longer_path}'s token {n} ({:?}) is a real token, not padding",

@@ -473,9 +473,9 @@ impl Worker {
     }
 }
 
-/// Every GGUF on disk that opens, with its tokenizer fingerprint (the hash of its token strings
-/// and end-of-sequence id; drafts must match the target's over the shared range, which for real
-/// pairs means the same list up to padding, so the unpadded prefix is hashed).
+/// Every GGUF on disk that opens, with its tokenizer fingerprint: the hash of its token strings
+/// before the padding and its end-of-sequence id, so that two files
+/// [`crate::generate::check_vocab`] accepts as a pair have the same fingerprint.
 pub fn discover() -> Vec<FoundModel> {
     use std::hash::{Hash, Hasher};
     models::discover_gguf()
@@ -484,7 +484,7 @@ pub fn discover() -> Vec<FoundModel> {
             let file = crate::gguf::ModelFile::open(&path).ok()?;
             let tok = crate::tokenizer::TextTokenizer::from_model_file(&file).ok()?;
             let mut h = std::collections::hash_map::DefaultHasher::new();
-            tok.tokens.iter().filter(|t| !t.starts_with("[PAD")).for_each(|t| t.hash(&mut h));
+            tok.tokens[..tok.n_unpadded].iter().for_each(|t| t.hash(&mut h));
             tok.eos_id.hash(&mut h);
             Some(FoundModel { info: file.info(), tokenizer_fingerprint: h.finish() })
         })

@@ -46,6 +46,9 @@ pub struct BenchArgs {
     /// K, and a table of where each lands in speed against the target's NLL.
     #[arg(long, value_name = "K")]
     frontier: Option<usize>,
+    /// The rules of --frontier (comma-separated; kl is left out by default: its π is slow).
+    #[arg(long, value_delimiter = ',', default_value = super::frontier::DEFAULT_RULES)]
+    frontier_rules: Vec<MentorRule>,
 }
 
 fn default_configs() -> Vec<String> {
@@ -212,7 +215,7 @@ pub fn with_couplings(configs: Vec<BenchConfig>, coupling: &str) -> Result<Vec<B
 
 pub fn run(args: BenchArgs) -> Result<()> {
     let names = match args.frontier {
-        Some(k) => super::frontier::configs(k),
+        Some(k) => super::frontier::configs(k, &args.frontier_rules),
         None => args.configs.iter().flat_map(|c| c.split_whitespace()).map(str::to_string).collect(),
     };
     let configs: Vec<BenchConfig> = names.iter().map(|c| parse_config(c)).collect::<Result<_>>()?;

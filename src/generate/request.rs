@@ -164,6 +164,16 @@ impl Default for GenerateRequest {
 }
 
 impl GenerateRequest {
+    /// The rule's own quantities at a drafted position ([`crate::MentorRule::explain`]), when the
+    /// request records the inspector's numbers (`n_top > 0`: they take a few passes over the
+    /// vocabulary).
+    pub(crate) fn rule_notes(&self, p: &[f32], q: &[f32], drafted: u32) -> Vec<(String, f64)> {
+        match self.n_top {
+            0 => Vec::new(),
+            _ => self.rule.explain(p, q, self.budget, drafted).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        }
+    }
+
     pub fn validate(&self) -> Result<()> {
         self.sampling.validate().map_err(EngineError::InvalidSetting)?;
         if let Some(c) = self.costs {

@@ -378,7 +378,7 @@ impl Rounds<'_> {
             drafted: Some(x),
             top: top_entries(run.tok, req.n_top, Some(pt), Some(q), Some(&mixed.pi_mixed[..]), &must),
             offers,
-            rule_notes: crate::generate::rule_notes(req, pt, q, x),
+            rule_notes: req.rule_notes(pt, q, x),
             ..plain_token(verdict.token, TokenSource::Target)
         }
     }

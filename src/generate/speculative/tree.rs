@@ -494,7 +494,7 @@ impl Rounds<'_> {
                 drafted: Some(first_choice),
                 top: top_entries(run.tok, req.n_top, Some(&pt[..]), Some(&q[..]), Some(&mixed.pi_mixed[..]), &must),
                 offers,
-                rule_notes: crate::generate::rule_notes(req, &pt, q, first_choice),
+                rule_notes: req.rule_notes(&pt, q, first_choice),
                 ..plain_token(y, TokenSource::Target)
             };
             run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, y)))?;
