@@ -144,7 +144,8 @@ impl super::MentorApp {
         if self.pair_fetch.is_some() {
             return;
         }
-        if pair.is_fetched() {
+        // As the button says: a file deleted since is then the load's clear error.
+        if self.fetched_pairs.contains(&pair) {
             let (target, draft) = pair.paths();
             let weights = self.settings.models.weights;
             self.queued.push(super::UiCommand::Load(ModelChoice { target: Some(target), draft, weights }));

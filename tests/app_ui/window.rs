@@ -11,7 +11,9 @@ fn snapshot(dark: bool, name: &str) {
 
 /// The window at `size` after a scripted run with a known pair loaded.
 fn window_after_a_run(dark: bool, size: egui::Vec2) -> Harness<'static, MentorApp> {
-    let (app, rig) = app_with(Settings::default(), no_dialogs());
+    let (mut app, rig) = app_with(Settings::default(), no_dialogs());
+    // The same pictures whether or not the Qwen2.5-Coder pair is on this machine's disk.
+    app.fetched_pairs.clear();
     let mut h = Harness::builder()
         .with_size(size)
         .with_theme(if dark { egui::Theme::Dark } else { egui::Theme::Light })
@@ -39,6 +41,30 @@ fn window_after_a_run(dark: bool, size: egui::Vec2) -> Harness<'static, MentorAp
     script_run(&rig, run_id);
     h.run_steps(4);
     h
+}
+
+/// The Qwen2.5-Coder button says what it fetches while the pair is not on disk, and loads the
+/// pair (remembered in the settings) once it is.
+#[test]
+fn the_qwen_coder_button_loads_the_pair_once_it_is_on_disk() {
+    use mentor_lab::pairs::Pair;
+    let (mut app, rig) = app_with(Settings::default(), no_dialogs());
+    app.fetched_pairs.clear();
+    let mut h = harness(app);
+    h.run_steps(2);
+    h.get_by_label("Qwen2.5-Coder 1.5B + 0.5B (fetch 1.6 GB)…");
+    h.state_mut().fetched_pairs = vec![Pair::QwenCoder];
+    h.run_steps(2);
+    let _ = rig.cmd_rx.try_iter().count();
+    h.get_by_label("Qwen2.5-Coder 1.5B + 0.5B").click();
+    h.run_steps(2);
+    let loads: Vec<_> =
+        rig.cmd_rx.try_iter().filter_map(|c| if let EngineCommand::Load(m) = c { Some(m) } else { None }).collect();
+    let (target, draft) = Pair::QwenCoder.paths();
+    assert_eq!(loads.len(), 1);
+    assert_eq!((loads[0].target.clone(), loads[0].draft.clone()), (Some(target.clone()), draft));
+    assert_eq!(h.state().settings.models.target, Some(target), "the pair loaded last is remembered");
+    assert!(h.state().pair_fetch.is_none(), "nothing is fetched");
 }
 
 /// At a laptop's 1280 × 800 the pinned token's bars carry their tokens' labels, drawn.
