@@ -48,6 +48,15 @@ pub struct TextTokenizer {
     source: PathBuf,
 }
 
+/// The GGUF's token types (llama.cpp's `llama_token_type`), empty where the file has none.
+fn token_types(file: &ModelFile) -> Vec<i32> {
+    file.metadata()
+        .get("tokenizer.ggml.token_type")
+        .and_then(|v| v.to_vec().ok())
+        .map(|a| a.iter().map(|v| v.to_i32().unwrap_or(1)).collect())
+        .unwrap_or_default()
+}
+
 /// Index after the last token that is not padding: an UNUSED token type, or a converter's
 /// `[PAD<id>]` name.
 fn unpadded_len(tokens: &[String], types: &[i32]) -> usize {
@@ -160,13 +169,7 @@ impl TextTokenizer {
             }
         }
         let chat_template = file.meta_str("tokenizer.chat_template").map(str::to_string);
-        let types: Vec<i32> = file
-            .metadata()
-            .get("tokenizer.ggml.token_type")
-            .and_then(|v| v.to_vec().ok())
-            .map(|a| a.iter().map(|v| v.to_i32().unwrap_or(1)).collect())
-            .unwrap_or_default();
-        let n_unpadded = unpadded_len(&tokens, &types);
+        let n_unpadded = unpadded_len(&tokens, &token_types(file));
         let tok = TextTokenizer {
             n_unpadded,
             inner,
@@ -297,12 +300,7 @@ fn build_bpe(file: &ModelFile, tokens: &[String]) -> std::result::Result<Tokeniz
     let mut tk = Tokenizer::new(bpe);
     tk.with_pre_tokenizer(Some(pre_tokenizer));
     tk.with_decoder(Some(ByteLevelDecoder::default()));
-    let types: Vec<i32> = file
-        .metadata()
-        .get("tokenizer.ggml.token_type")
-        .and_then(|v| v.to_vec().ok())
-        .map(|a| a.iter().map(|v| v.to_i32().unwrap_or(1)).collect())
-        .unwrap_or_default();
+    let types = token_types(file);
     let special: Vec<AddedToken> = tokens
         .iter()
         .zip(types.iter())
