@@ -444,14 +444,6 @@ impl Rounds<'_> {
         let (draft_s, verify_s, round_s) = times;
         let k = p.tokens.len();
         let n_copied = k - p.n_model;
-        let s = &mut run.stats;
-        s.n_rounds += 1;
-        s.n_drafted += k + p.side.len();
-        s.n_accepted += n_accepted + usize::from(side_taken);
-        s.n_copied += n_copied;
-        s.n_copied_accepted += n_accepted.saturating_sub(p.n_model);
-        s.draft_s += draft_s;
-        s.verify_s += verify_s;
         // The policy weighs whole rounds: the acceptance walk's sampling and mixing cost per token
         // too, and a round at k = 0 pays them as well.
         if p.n_model == 0 && n_copied > 0 {
@@ -464,18 +456,54 @@ impl Rounds<'_> {
                 self.policy.observe_copies(p.copy_matched, n_copied, n_accepted - p.n_model);
             }
         }
-        let info = RoundInfo {
-            index: run.rounds.len(),
+        let counts = RoundCounts {
             n_proposed: k,
+            n_verified: k + p.side.len(),
             n_accepted,
-            n_emitted: run.context.len() - base,
-            draft_s,
-            verify_s,
+            n_settled: n_accepted + usize::from(side_taken),
             n_copied,
+            n_copied_accepted: n_accepted.saturating_sub(p.n_model),
         };
-        run.rounds.push(info.clone());
-        (run.on_event)(GenEvent::Round(info));
+        close_round(run, base, counts, (draft_s, verify_s));
     }
+}
+
+/// What a round proposed and settled, chain or tree, for the run's statistics and its event.
+pub(super) struct RoundCounts {
+    /// Tokens drafted or copied on the round's main line (a tree: all its nodes).
+    pub n_proposed: usize,
+    /// Tokens the target verified (the chain's side offers too).
+    pub n_verified: usize,
+    /// Proposed tokens accepted.
+    pub n_accepted: usize,
+    /// Verified tokens accepted (a side offer taken counts).
+    pub n_settled: usize,
+    pub n_copied: usize,
+    pub n_copied_accepted: usize,
+}
+
+/// Close a round that began at context length `base`: add it to the run's statistics, keep its
+/// [`RoundInfo`] and send it as an event. `times` are its draft and verify seconds.
+pub(super) fn close_round(run: &mut Run, base: usize, c: RoundCounts, (draft_s, verify_s): (f64, f64)) {
+    let s = &mut run.stats;
+    s.n_rounds += 1;
+    s.n_drafted += c.n_verified;
+    s.n_accepted += c.n_settled;
+    s.n_copied += c.n_copied;
+    s.n_copied_accepted += c.n_copied_accepted;
+    s.draft_s += draft_s;
+    s.verify_s += verify_s;
+    let info = RoundInfo {
+        index: run.rounds.len(),
+        n_proposed: c.n_proposed,
+        n_accepted: c.n_accepted,
+        n_emitted: run.context.len() - base,
+        draft_s,
+        verify_s,
+        n_copied: c.n_copied,
+    };
+    run.rounds.push(info.clone());
+    (run.on_event)(GenEvent::Round(info));
 }
 
 impl Proposal {

@@ -7,15 +7,13 @@
 //! decides how much of it one round settles. With an adaptive draft length the policy shapes each
 //! tree, and a copy from the context can hang in it as a branch of its own.
 
-use super::Rounds;
+use super::{close_round, RoundCounts, Rounds};
 use crate::adaptive::{draft_token_s, MAX_DRAFT_LEN, MAX_SIDE_OFFERS};
 use crate::error::{EngineError, Result};
 use crate::generate::MAX_TREE_WIDTH;
-use crate::generate::{
-    beside_log_z, plain_token, top_entries, GenEvent, RoundInfo, Run, TokenInfo, TokenSource, TreeShape,
-};
+use crate::generate::{beside_log_z, plain_token, top_entries, Run, TokenInfo, TokenSource, TreeShape};
 use crate::lookup::{point_mass, propose_matched};
-use crate::mentor::{lossless, mix, take_probabilities, verify_candidates, Coupling};
+use crate::mentor::{lossless, mix, take_probabilities, verify_candidates, Coupling, Mixed};
 use crate::model::{LazyLogits, Transformer};
 use crate::sampling::{
     draft_uniform, nll_given_log_z, probabilities, race_argmax, race_top, sample_without_replacement, uniform,
@@ -164,25 +162,15 @@ impl Rounds<'_> {
             }
         }
         let n_copied = tree.copied.iter().filter(|&&c| c).count();
-        let s = &mut run.stats;
-        s.n_rounds += 1;
-        s.n_drafted += n_proposed;
-        s.n_accepted += n_accepted;
-        s.n_copied += n_copied;
-        s.n_copied_accepted += path.iter().filter(|&&n| tree.copied[n]).count();
-        s.draft_s += draft_s;
-        s.verify_s += verify_s;
-        let info = RoundInfo {
-            index: run.rounds.len(),
+        let counts = RoundCounts {
             n_proposed,
+            n_verified: n_proposed,
             n_accepted,
-            n_emitted: run.context.len() - base,
-            draft_s,
-            verify_s,
+            n_settled: n_accepted,
             n_copied,
+            n_copied_accepted: path.iter().filter(|&&n| tree.copied[n]).count(),
         };
-        run.rounds.push(info.clone());
-        (run.on_event)(GenEvent::Round(info));
+        close_round(run, base, counts, (draft_s, verify_s));
         Ok(())
     }
 
@@ -238,36 +226,7 @@ impl Rounds<'_> {
         for d in 0..depth {
             let at = (base - run.n_prompt + d) as u64;
             let attempt = self.next_attempt(at);
-            let mut candidates: Vec<Candidate> = Vec::new();
-            for &node in &frontier {
-                let Some(q) = &tree.q[node] else { continue };
-                let drawn = self.node_candidates(q, at, attempt, width);
-                let (mut score_above, mut reach_above) = (f64::INFINITY, f64::INFINITY);
-                for (rank, &x) in drawn.iter().take(width).enumerate() {
-                    let estimate = match rank {
-                        0 => self.policy.accept_estimate(q[x]),
-                        _ => self.policy.side_estimate(q[x]),
-                    };
-                    let (mut score, mut reach) = (score[node] * q[x] as f64, tree.reach[node] * estimate);
-                    if self.req.coupling == Coupling::MaxAcceptance {
-                        // Draws are checked in their order, so a node's kept ones must be its first
-                        // few: none ranks above the one drawn before it.
-                        (score, reach) = (score.min(score_above), reach.min(reach_above));
-                        (score_above, reach_above) = (score, reach);
-                    }
-                    candidates.push(Candidate {
-                        on_chain: tree.on_chain[node] && rank == 0,
-                        rank,
-                        score,
-                        reach,
-                        parent: node,
-                        token: x as u32,
-                    });
-                }
-                if self.req.coupling == Coupling::MaxAcceptance {
-                    tree.drawn[node] = Some(drawn.iter().map(|&x| x as u32).collect());
-                }
-            }
+            let mut candidates = self.depth_candidates(tree, &frontier, &score, (at, attempt), width);
             let kept = match self.auto {
                 true => self.kept_by_policy(candidates, tree.tokens.len() - 1),
                 false => {
@@ -299,25 +258,70 @@ impl Rounds<'_> {
             if last || expand.is_empty() {
                 break;
             }
-            // The draft runs the nodes it expands; their parents are draft tree nodes already.
-            let n_before = tree.draft_node.iter().flatten().count();
-            let parents: Vec<Option<usize>> =
-                expand.iter().map(|&n| tree.parent[n].and_then(|p| tree.draft_node[p])).collect();
-            let tokens: Vec<u32> = expand.iter().map(|&n| tree.tokens[n]).collect();
-            // A feature draft's node reads its parent's predicted feature (the root's: the one
-            // its catch-up predicted).
-            let feats: Vec<&[f32]> =
-                expand.iter().map(|&n| tree.parent[n].and_then(|p| tree.feat[p].as_deref()).unwrap_or(&[])).collect();
-            let rows = self.source.tree_step(dmodel, &tokens, &parents, &feats)?;
-            tree.n_forwards += 1;
-            for (i, (&n, (row, feat))) in expand.iter().zip(rows).enumerate() {
-                tree.draft_node[n] = Some(n_before + i);
-                let mut text = run.context.clone();
-                text.extend(tree.path_tokens(n));
-                tree.q[n] = Some(probabilities(&row, &text, &req.sampling, self.n_vocab));
-                tree.feat[n] = feat;
-            }
+            self.expand_nodes(run, dmodel, tree, &expand)?;
             frontier = expand;
+        }
+        Ok(())
+    }
+
+    /// The candidates of the next depth: each frontier node's `width` best tokens of its race
+    /// (max acceptance: its first draws), scored by the draft's probability of the path and the
+    /// estimated chance that the walk reaches them.
+    fn depth_candidates(
+        &mut self,
+        tree: &mut Tree,
+        frontier: &[usize],
+        score: &[f64],
+        (at, attempt): (u64, u32),
+        width: usize,
+    ) -> Vec<Candidate> {
+        let max_acceptance = self.req.coupling == Coupling::MaxAcceptance;
+        let mut candidates: Vec<Candidate> = Vec::new();
+        for &node in frontier {
+            let Some(q) = &tree.q[node] else { continue };
+            let drawn = self.node_candidates(q, at, attempt, width);
+            let (mut score_above, mut reach_above) = (f64::INFINITY, f64::INFINITY);
+            for (rank, &x) in drawn.iter().take(width).enumerate() {
+                let estimate = match rank {
+                    0 => self.policy.accept_estimate(q[x]),
+                    _ => self.policy.side_estimate(q[x]),
+                };
+                let (mut score, mut reach) = (score[node] * q[x] as f64, tree.reach[node] * estimate);
+                if max_acceptance {
+                    // Draws are checked in their order, so a node's kept ones must be its first
+                    // few: none ranks above the one drawn before it.
+                    (score, reach) = (score.min(score_above), reach.min(reach_above));
+                    (score_above, reach_above) = (score, reach);
+                }
+                let on_chain = tree.on_chain[node] && rank == 0;
+                candidates.push(Candidate { on_chain, rank, score, reach, parent: node, token: x as u32 });
+            }
+            if max_acceptance {
+                tree.drawn[node] = Some(drawn.iter().map(|&x| x as u32).collect());
+            }
+        }
+        candidates
+    }
+
+    /// One draft forward over the nodes `expand` (their parents are draft tree nodes already):
+    /// each gets its draft node index, its q and, for a feature draft, its predicted feature.
+    fn expand_nodes(&mut self, run: &Run, dmodel: &mut Transformer, tree: &mut Tree, expand: &[usize]) -> Result<()> {
+        let n_before = tree.draft_node.iter().flatten().count();
+        let parents: Vec<Option<usize>> =
+            expand.iter().map(|&n| tree.parent[n].and_then(|p| tree.draft_node[p])).collect();
+        let tokens: Vec<u32> = expand.iter().map(|&n| tree.tokens[n]).collect();
+        // A feature draft's node reads its parent's predicted feature (the root's: the one its
+        // catch-up predicted).
+        let feats: Vec<&[f32]> =
+            expand.iter().map(|&n| tree.parent[n].and_then(|p| tree.feat[p].as_deref()).unwrap_or(&[])).collect();
+        let rows = self.source.tree_step(dmodel, &tokens, &parents, &feats)?;
+        tree.n_forwards += 1;
+        for (i, (&n, (row, feat))) in expand.iter().zip(rows).enumerate() {
+            tree.draft_node[n] = Some(n_before + i);
+            let mut text = run.context.clone();
+            text.extend(tree.path_tokens(n));
+            tree.q[n] = Some(probabilities(&row, &text, &self.req.sampling, self.n_vocab));
+            tree.feat[n] = feat;
         }
         Ok(())
     }
@@ -421,21 +425,7 @@ impl Rounds<'_> {
         while !run.done() {
             let d = tree.depth[node];
             let pos = (base - run.n_prompt + d) as u64;
-            let t = Instant::now();
-            if rows.row(node).is_none() {
-                // The node and the first choices below it, as far as the walk is likely to get
-                // (1 + the sum of their chances from here, as a chain's likely rows), in one batch.
-                let (mut expected, mut at) = (vec![node], node);
-                while let Some(&c) = tree.children[at].first() {
-                    expected.push(c);
-                    at = c;
-                }
-                let from = tree.reach[node].max(1e-12);
-                let likely = 1.0 + expected[1..].iter().map(|&c| tree.reach[c] / from).sum::<f64>();
-                expected.truncate((likely.ceil() as usize).clamp(1, expected.len()));
-                tmodel.lazy_rows_of(rows, &expected)?;
-            }
-            *verify_s += t.elapsed().as_secs_f64();
+            walk_rows(tmodel, tree, rows, node, verify_s)?;
             let logits =
                 rows.row(node).ok_or_else(|| EngineError::Internal(format!("tree: verify row {node} missing")))?;
             let Some(q) = tree.q[node].as_ref().filter(|_| !tree.children[node].is_empty()) else {
@@ -474,29 +464,13 @@ impl Rounds<'_> {
             if self.auto && !tree.copy_q[node] {
                 self.observe_node(tree, node, (q, &mixed.pi_mixed), y, pos);
             }
-            let first_choice = tree.tokens[tree.children[node][0]];
-            let offers: Vec<u32> = tree.children[node][1..].iter().map(|&c| tree.tokens[c]).collect();
-            let must: Vec<u32> = [y, first_choice].into_iter().chain(offers.iter().copied()).collect();
             run.tally.verified(d, mixed.tv_pi_p);
-            let info = TokenInfo {
-                source: match next {
-                    Some(c) if tree.copied[c] => TokenSource::CopyAccepted,
-                    Some(_) => TokenSource::DraftAccepted,
-                    None => TokenSource::Resampled,
-                },
-                p_target: Some(pt[y as usize]),
-                q_draft: Some(q[y as usize]),
-                pi_mixed: Some(mixed.pi_mixed[y as usize]),
-                accept_prob,
-                tv: Some(mixed.tv_pq),
-                theta: Some(mixed.theta),
-                round: Some(round),
-                drafted: Some(first_choice),
-                top: top_entries(run.tok, req.n_top, Some(&pt[..]), Some(&q[..]), Some(&mixed.pi_mixed[..]), &must),
-                offers,
-                rule_notes: req.rule_notes(&pt, q, first_choice),
-                ..plain_token(y, TokenSource::Target)
+            let source = match next {
+                Some(c) if tree.copied[c] => TokenSource::CopyAccepted,
+                Some(_) => TokenSource::DraftAccepted,
+                None => TokenSource::Resampled,
             };
+            let info = self.node_token_info(run, tree, node, (&pt, q, &mixed), (y, source, accept_prob), round);
             run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, y)))?;
             let Some(c) = next else { break };
             run.tally.accepted_at[d] += 1;
@@ -507,6 +481,38 @@ impl Rounds<'_> {
             }
         }
         Ok(path)
+    }
+
+    /// What the walk emits at `node`: the token `y` with the distributions behind it, the node's
+    /// first choice and its other children (the offers).
+    fn node_token_info(
+        &self,
+        run: &Run,
+        tree: &Tree,
+        node: usize,
+        (pt, q, mixed): (&[f32], &[f32], &Mixed),
+        (y, source, accept_prob): (u32, TokenSource, Option<f64>),
+        round: usize,
+    ) -> TokenInfo {
+        let req = self.req;
+        let first_choice = tree.tokens[tree.children[node][0]];
+        let offers: Vec<u32> = tree.children[node][1..].iter().map(|&c| tree.tokens[c]).collect();
+        let must: Vec<u32> = [y, first_choice].into_iter().chain(offers.iter().copied()).collect();
+        TokenInfo {
+            source,
+            p_target: Some(pt[y as usize]),
+            q_draft: Some(q[y as usize]),
+            pi_mixed: Some(mixed.pi_mixed[y as usize]),
+            accept_prob,
+            tv: Some(mixed.tv_pq),
+            theta: Some(mixed.theta),
+            round: Some(round),
+            drafted: Some(first_choice),
+            top: top_entries(run.tok, req.n_top, Some(pt), Some(q), Some(&mixed.pi_mixed[..]), &must),
+            offers,
+            rule_notes: req.rule_notes(pt, q, first_choice),
+            ..plain_token(y, TokenSource::Target)
+        }
     }
 
     /// What the policy learns at a verified node, as at a chain's verified position: how likely
@@ -532,6 +538,27 @@ impl Rounds<'_> {
             self.policy.observe_side(q[t], hit);
         }
     }
+}
+
+/// The verify rows the walk needs at `node`, where they are not computed yet: the node and the
+/// first choices below it, as far as the walk is likely to get (1 + the sum of their chances
+/// from here, as a chain's likely rows), in one batch; the time goes to `verify_s`.
+fn walk_rows(tmodel: &Transformer, tree: &Tree, rows: &mut LazyLogits, node: usize, verify_s: &mut f64) -> Result<()> {
+    if rows.row(node).is_some() {
+        return Ok(());
+    }
+    let t = Instant::now();
+    let (mut expected, mut at) = (vec![node], node);
+    while let Some(&c) = tree.children[at].first() {
+        expected.push(c);
+        at = c;
+    }
+    let from = tree.reach[node].max(1e-12);
+    let likely = 1.0 + expected[1..].iter().map(|&c| tree.reach[c] / from).sum::<f64>();
+    expected.truncate((likely.ceil() as usize).clamp(1, expected.len()));
+    tmodel.lazy_rows_of(rows, &expected)?;
+    *verify_s += t.elapsed().as_secs_f64();
+    Ok(())
 }
 
 /// Each parent's candidates cut to its first draws (ranks 0, 1, … without a gap), in their order.
