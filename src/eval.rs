@@ -162,6 +162,37 @@ fn feature_step_time(target: &mut LoadedModel, draft: &mut LoadedModel, ctx: &[u
     Ok(times[n / 2])
 }
 
+/// Add positions `span` of one continuation (seed `seed`) to both accumulators: overlap 1 − TV,
+/// the same-seed agreement and whether the arg-maxes agree, from the target's and the draft's
+/// logit rows.
+fn score_positions(
+    (rows_p, rows_q): (&[Vec<f32>], &[Vec<f32>]),
+    span: std::ops::Range<usize>,
+    (params, n_vocab): (&SamplingParams, usize),
+    seed: u64,
+    race: &mut Vec<f32>,
+    accs: [&mut Acc; 2],
+) {
+    let [cat, all] = accs;
+    for pos in span {
+        let pt = probabilities(&rows_p[pos], &[], params, n_vocab);
+        let qt = probabilities(&rows_q[pos], &[], params, n_vocab);
+        let overlap = 1.0 - tv_distance(&pt, &qt);
+        // Races under a key of their own, apart from the noise that sampled the continuation
+        // (the seed), so that the estimate does not look at the draws that chose the text.
+        let first = pos as u64 * u64::from(SAME_SEED_DRAWS);
+        let race_seed = seed | 1 << 63;
+        let same_seed = same_seed_agreement(&pt, &qt, race_seed, first, SAME_SEED_DRAWS, race);
+        let agree = argmax(&rows_p[pos][..n_vocab]) == argmax(&rows_q[pos][..n_vocab]);
+        for acc in [&mut *cat, &mut *all] {
+            acc.n += 1;
+            acc.sum_overlap += overlap;
+            acc.sum_same_seed += same_seed;
+            acc.n_agree += usize::from(agree);
+        }
+    }
+}
+
 /// Evaluate `draft` against `target`; `n_tokens` continuation tokens per prompt, sampled from the
 /// target at `temperature` (seed 0), then scored position by position.
 pub fn evaluate(
@@ -213,23 +244,9 @@ pub fn evaluate(
         for acc in [&mut by_cat[idx].1, &mut overall] {
             acc.n_prompts += 1;
         }
-        for pos in n_prompt - 1..ids.len() - 1 {
-            let pt = probabilities(&rows_p[pos], &[], &params, n_vocab);
-            let qt = probabilities(&rows_q[pos], &[], &params, n_vocab);
-            let overlap = 1.0 - tv_distance(&pt, &qt);
-            // Races under a key of their own, apart from the noise that sampled the continuation
-            // (seed i), so that the estimate does not look at the draws that chose the text.
-            let first = pos as u64 * u64::from(SAME_SEED_DRAWS);
-            let race_seed = i as u64 | 1 << 63;
-            let same_seed = same_seed_agreement(&pt, &qt, race_seed, first, SAME_SEED_DRAWS, &mut race);
-            let agree = argmax(&rows_p[pos][..n_vocab]) == argmax(&rows_q[pos][..n_vocab]);
-            for acc in [&mut by_cat[idx].1, &mut overall] {
-                acc.n += 1;
-                acc.sum_overlap += overlap;
-                acc.sum_same_seed += same_seed;
-                acc.n_agree += usize::from(agree);
-            }
-        }
+        let (cat, all) = (&mut by_cat[idx].1, &mut overall);
+        let rows = (&rows_p[..], &rows_q[..]);
+        score_positions(rows, n_prompt - 1..ids.len() - 1, (&params, n_vocab), i as u64, &mut race, [cat, all]);
     }
     progress(prompts.len(), prompts.len());
     let ctx: Vec<u32> = target.tokenizer.prompt_ids(&prompts[0].prompt, false)?;
