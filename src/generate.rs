@@ -185,38 +185,15 @@ pub struct LoadedModel {
     pub info: crate::gguf::ModelInfo,
 }
 
-/// The ids a draft and a target agree on; an error naming the first difference otherwise.
+/// The ids a draft and a target agree on ([`crate::tokenizer::TextTokenizer::fits_draft`], the
+/// one test of whether a draft fits a target); an error naming the first difference otherwise.
 pub fn check_vocab(target: &LoadedModel, draft: &LoadedModel) -> Result<usize> {
     let mismatch = |detail: String| EngineError::VocabMismatch {
         target: target.info.path.clone(),
         draft: draft.info.path.clone(),
         detail,
     };
-    let n = target.tokenizer.vocab_size().min(draft.tokenizer.vocab_size());
-    // Vocabularies may differ in their padding tail only (Qwen2.5-7B lists 152,064 entries, its
-    // 0.5B sibling 151,936): past the shorter list the longer one must be padding.
-    let target_longer = target.tokenizer.vocab_size() >= draft.tokenizer.vocab_size();
-    let (longer, longer_path) = if target_longer { (&target.tokenizer, "target") } else { (&draft.tokenizer, "draft") };
-    if longer.n_unpadded > n {
-        return Err(mismatch(format!(
-            "vocabulary sizes {} and {} differ, and the {longer_path}'s token {n} ({:?}) is a real token, not padding",
-            target.tokenizer.vocab_size(),
-            draft.tokenizer.vocab_size(),
-            longer.tokens[n]
-        )));
-    }
-    if let Some(i) = (0..n).find(|&i| target.tokenizer.tokens[i] != draft.tokenizer.tokens[i]) {
-        return Err(mismatch(format!(
-            "token {i} is {:?} in the target but {:?} in the draft",
-            target.tokenizer.tokens[i], draft.tokenizer.tokens[i]
-        )));
-    }
-    if target.tokenizer.eos_id != draft.tokenizer.eos_id {
-        return Err(mismatch(format!(
-            "end-of-sequence ids differ ({:?} vs {:?})",
-            target.tokenizer.eos_id, draft.tokenizer.eos_id
-        )));
-    }
+    let n = target.tokenizer.fits_draft(&draft.tokenizer).map_err(mismatch)?;
     Ok(n.min(target.model.config.n_vocab).min(draft.model.config.n_vocab))
 }
 

@@ -48,6 +48,47 @@ pub struct TextTokenizer {
     source: PathBuf,
 }
 
+impl TextTokenizer {
+    /// Whether a draft whose tokenizer is `draft` fits a target with this one: the same token
+    /// strings up to the shorter list, past it only padding in the longer one (Qwen2.5-7B lists
+    /// 152,064 entries, its 0.5B sibling 151,936), the same end-of-sequence id. Returns how many
+    /// ids both share; the error names the first difference. Loading, the engine, eval-draft and
+    /// the app's model list ([`Self::pair_fingerprint`]) all decide by it.
+    pub fn fits_draft(&self, draft: &TextTokenizer) -> std::result::Result<usize, String> {
+        let n = self.vocab_size().min(draft.vocab_size());
+        let (longer, which) = if self.vocab_size() >= draft.vocab_size() { (self, "target") } else { (draft, "draft") };
+        if longer.n_unpadded > n {
+            return Err(format!(
+                "vocabulary sizes {} and {} differ, and the {which}'s token {n} ({:?}) is a real token, not padding",
+                self.vocab_size(),
+                draft.vocab_size(),
+                longer.tokens[n]
+            ));
+        }
+        if let Some(i) = (0..n).find(|&i| self.tokens[i] != draft.tokens[i]) {
+            return Err(format!(
+                "token {i} is {:?} in the target but {:?} in the draft",
+                self.tokens[i], draft.tokens[i]
+            ));
+        }
+        if self.eos_id != draft.eos_id {
+            return Err(format!("end-of-sequence ids differ ({:?} vs {:?})", self.eos_id, draft.eos_id));
+        }
+        Ok(n)
+    }
+
+    /// A hash of what [`Self::fits_draft`] compares (the token strings before the padding, the
+    /// end-of-sequence id), so that the app can list the drafts that fit a target without
+    /// loading them: tokenizers that fit each other have the same fingerprint.
+    pub fn pair_fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.tokens[..self.n_unpadded].iter().for_each(|t| t.hash(&mut h));
+        self.eos_id.hash(&mut h);
+        h.finish()
+    }
+}
+
 /// The GGUF's token types (llama.cpp's `llama_token_type`), empty where the file has none.
 fn token_types(file: &ModelFile) -> Vec<i32> {
     file.metadata()

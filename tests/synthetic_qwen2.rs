@@ -244,6 +244,8 @@ fn vocabularies_that_differ_only_by_padding_pair_up() {
     assert_eq!(mentor_lab::generate::check_vocab(&target, &draft).unwrap(), n_draft);
     // The other way round (a padded draft) fits too.
     assert_eq!(mentor_lab::generate::check_vocab(&draft, &target).unwrap(), n_draft);
+    // The app lists the draft under this target: the same fingerprint.
+    assert_eq!(target.tokenizer.pair_fingerprint(), draft.tokenizer.pair_fingerprint());
     let mut engine = Engine::new(target, Some(draft)).unwrap();
     let plain = GenerateRequest {
         prompt: "the rain in the thin theatre".into(),
@@ -269,6 +271,8 @@ fn vocabularies_that_differ_only_by_padding_pair_up() {
 fn extra_real_tokens_are_a_vocabulary_mismatch() {
     let dir = tempfile::tempdir().unwrap();
     let (target, draft) = padded_pair(dir.path(), 4, true);
+    assert_ne!(target.tokenizer.pair_fingerprint(), draft.tokenizer.pair_fingerprint());
+    assert!(target.tokenizer.fits_draft(&draft.tokenizer).is_err());
     let err = Engine::new(target, Some(draft)).err().expect("a mismatch");
     let msg = err.to_string();
     assert!(matches!(err, mentor_lab::EngineError::VocabMismatch { .. }), "{msg}");

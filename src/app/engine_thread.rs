@@ -473,20 +473,16 @@ impl Worker {
     }
 }
 
-/// Every GGUF on disk that opens, with its tokenizer fingerprint: the hash of its token strings
-/// before the padding and its end-of-sequence id, so that two files
-/// [`crate::generate::check_vocab`] accepts as a pair have the same fingerprint.
+/// Every GGUF on disk that opens, with its tokenizer's
+/// [`crate::tokenizer::TextTokenizer::pair_fingerprint`]: files that fit each other as a pair
+/// have the same one.
 pub fn discover() -> Vec<FoundModel> {
-    use std::hash::{Hash, Hasher};
     models::discover_gguf()
         .into_iter()
         .filter_map(|path| {
             let file = crate::gguf::ModelFile::open(&path).ok()?;
             let tok = crate::tokenizer::TextTokenizer::from_model_file(&file).ok()?;
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            tok.tokens[..tok.n_unpadded].iter().for_each(|t| t.hash(&mut h));
-            tok.eos_id.hash(&mut h);
-            Some(FoundModel { info: file.info(), tokenizer_fingerprint: h.finish() })
+            Some(FoundModel { info: file.info(), tokenizer_fingerprint: tok.pair_fingerprint() })
         })
         .collect()
 }
