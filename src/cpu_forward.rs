@@ -15,7 +15,7 @@ pub(crate) use attend::{Attend, TreeRows};
 
 use crate::gguf::{Arch, ModelConfig};
 use crate::kernels::{Q4Matrix, Q6Matrix, Q8Matrix};
-use crate::sampling::exp_shifted_in_place;
+use crate::vecmath::exp_shifted_in_place;
 use std::sync::Arc;
 
 /// A matrix our kernels multiply, with its optional bias.

@@ -35,6 +35,7 @@ pub mod presets;
 pub mod sampling;
 mod team;
 pub mod tokenizer;
+pub mod vecmath;
 
 pub use engine::{load_model, Engine};
 pub use error::{EngineError, Result};

@@ -86,7 +86,7 @@ pub fn tv_distance(p: &[f32], q: &[f32]) -> f64 {
         for ((d, &a), &b) in block.iter_mut().zip(pc).zip(qc) {
             *d = (a - b).abs();
         }
-        total += crate::sampling::sum_f64(&block[..pc.len().min(qc.len())]);
+        total += crate::vecmath::sum_f64(&block[..pc.len().min(qc.len())]);
     }
     0.5 * total
 }
@@ -283,7 +283,7 @@ impl RecursiveRejection {
         if point_mass {
             let mass = self.r[i];
             self.r[i] = 0.0;
-            match crate::sampling::sum_f64(&self.r) {
+            match crate::vecmath::sum_f64(&self.r) {
                 // r was δ_x: the rejection was rounding; keep r.
                 sum if sum <= 0.0 => self.r[i] = mass,
                 sum => self.r_sum = sum,
@@ -297,13 +297,13 @@ impl RecursiveRejection {
                 self.r.iter().zip(&self.q).map(|(&a, &b)| ((a as f64 * sr - b as f64 * sq) as f32).max(0.0)).collect()
             }
         };
-        let sum = crate::sampling::sum_f64(&next);
+        let sum = crate::vecmath::sum_f64(&next);
         // No residual mass means r = q up to rounding: the rejection was rounding; keep r.
         if sum > 0.0 {
             (self.r, self.r_sum) = (next, sum);
         }
         self.q[i] = 0.0;
-        self.q_sum = crate::sampling::sum_f64(&self.q);
+        self.q_sum = crate::vecmath::sum_f64(&self.q);
     }
 
     /// The residual after every rejection so far, up to its sum (what a node that takes none of

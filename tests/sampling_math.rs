@@ -357,7 +357,7 @@ fn top_p_keeps_the_nucleus() {
 
 #[test]
 fn fast_exponential_matches_f64_exp() {
-    use mentor_lab::sampling::exp_nonpositive;
+    use mentor_lab::vecmath::exp_nonpositive;
     // Dense grid over the range used (max-subtracted logits), plus the representable ends.
     let mut worst = 0f64;
     let mut i = 0u32;
@@ -390,7 +390,7 @@ fn fast_exponential_matches_f64_exp() {
 /// gives to rounding.
 #[test]
 fn vectorized_exponential_and_sums_match_the_scalar_forms() {
-    use mentor_lab::sampling::{exp_nonpositive, exp_shifted, sum_f64};
+    use mentor_lab::vecmath::{exp_nonpositive, exp_shifted, sum_f64};
     let mut src: Vec<f32> = (0..20_011).map(|i| 3.0 - (i as f32) * 0.0047).collect();
     src.extend([f32::NEG_INFINITY, f32::NAN, -84.0, -87.0, -87.000_01, 3.0, 2.999_9]);
     // Whole vectors that underflow (the AVX2 path stores zeros for them without the polynomial),
@@ -413,7 +413,7 @@ fn vectorized_exponential_and_sums_match_the_scalar_forms() {
 /// The vectorized maximum is the plain fold's, NaN ignored, at every length around the 8 lanes.
 #[test]
 fn vectorized_maximum_is_the_plain_fold() {
-    use mentor_lab::sampling::max_f32;
+    use mentor_lab::vecmath::max_f32;
     let mut seed = 99u64;
     for len in (0..40).chain([49152]) {
         for trial in 0..20 {

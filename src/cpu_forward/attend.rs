@@ -2,7 +2,7 @@
 //! a tree of candidates ([`Attend::Tree`]).
 
 use crate::gguf::ModelConfig;
-use crate::sampling::exp_shifted_in_place;
+use crate::vecmath::exp_shifted_in_place;
 
 /// Which cached rows each new row of a forward attends to, and its position (RoPE).
 #[derive(Debug, Clone, Copy)]
