@@ -42,11 +42,8 @@ fn line(engine: &mut Engine, name: &str, req: &GenerateRequest) -> String {
     let g = engine.generate(req, &AtomicBool::new(false), &mut |_| {}).unwrap();
     let ids: Vec<String> = g.tokens.iter().map(|t| t.id.to_string()).collect();
     let sources: String = g.tokens.iter().map(|t| source(t.source)).collect();
-    let rounds: Vec<String> = g
-        .rounds
-        .iter()
-        .map(|r| format!("{}/{}/{}/{}", r.n_proposed, r.n_accepted, r.n_emitted, r.n_copied))
-        .collect();
+    let rounds: Vec<String> =
+        g.rounds.iter().map(|r| format!("{}/{}/{}/{}", r.n_proposed, r.n_accepted, r.n_emitted, r.n_copied)).collect();
     format!("{name}: {} | {sources} | {}", ids.join(" "), rounds.join(" "))
 }
 
@@ -68,7 +65,9 @@ fn runs(feature: bool) -> Vec<(String, GenerateRequest)> {
         let max_acc = Coupling::MaxAcceptance;
         let tree = Some(TreeShape { width: 3, depth: 4 });
         let auto = GenerateRequest { draft_len: DraftLen::Auto, costs: Some(cheap_rows), ..base.clone() };
-        let mut add = |n: &str, r: GenerateRequest| out.push((format!("{}/{pname}/{n}", ["ind", "feat"][feature as usize]), at(r)));
+        let mut add = |n: &str, r: GenerateRequest| {
+            out.push((format!("{}/{pname}/{n}", ["ind", "feat"][feature as usize]), at(r)))
+        };
         add("chain-d0", base.clone());
         add("chain-tv0.5", GenerateRequest { budget: 0.5, ..base.clone() });
         add("chain-tv1-k8", GenerateRequest { budget: 1.0, draft_len: DraftLen::Fixed(8), ..base.clone() });
