@@ -12,7 +12,7 @@
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use mentor_lab::kernels::{Q4Matrix, Q8Matrix};
+use mentor_lab::kernels::{Isa, Q4Matrix, Q8Matrix};
 use mentor_lab::{load_model, WeightFormat};
 
 fn matmul(c: &mut Criterion) {
@@ -37,11 +37,12 @@ fn matmul(c: &mut Criterion) {
         }
     }
     let wv = w.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let ours_q8 = Q8Matrix::from_f32(&wv, 1536, 576).unwrap();
+    let ours_q8 = Q8Matrix::from_f32(&wv, 1536, 576, Isa::best()).unwrap();
     let q4 = QTensor::quantize(&w, GgmlDType::Q4_1).unwrap();
-    let ours_q4 = Q4Matrix::from_ggml_bytes(&q4.data().unwrap(), 1536, 576, true).unwrap();
-    let ours_q8_noamx = Q8Matrix::from_f32(&wv, 1536, 576).unwrap().without_tiles();
-    let ours_q4_noamx = Q4Matrix::from_ggml_bytes(&q4.data().unwrap(), 1536, 576, true).unwrap().without_tiles();
+    let ours_q4 = Q4Matrix::from_ggml_bytes(&q4.data().unwrap(), 1536, 576, true, Isa::best()).unwrap();
+    let ours_q8_noamx = Q8Matrix::from_f32(&wv, 1536, 576, Isa::best()).unwrap().without_tiles();
+    let ours_q4_noamx =
+        Q4Matrix::from_ggml_bytes(&q4.data().unwrap(), 1536, 576, true, Isa::best()).unwrap().without_tiles();
     for k in [1usize, 4, 9, 16] {
         let x = Tensor::randn(0f32, 1f32, (k, 576), &dev).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
         group.bench_with_input(BenchmarkId::new("ours_q8_0", k), &k, |b, &k| b.iter(|| ours_q8.matmul(&x, k)));
@@ -70,7 +71,7 @@ fn draft_shapes(c: &mut Criterion) {
     };
     // (n_out, n_in): output head, stacked Q/K/V, stacked gate/up, down
     for (n_out, n_in) in [(49152usize, 192usize), (576, 192), (1280, 192), (192, 640)] {
-        let m = Q8Matrix::from_f32(&rand(n_out * n_in), n_out, n_in).unwrap();
+        let m = Q8Matrix::from_f32(&rand(n_out * n_in), n_out, n_in, Isa::best()).unwrap();
         for k in [1usize, 9] {
             let x = rand(k * n_in);
             group.bench_with_input(BenchmarkId::new(format!("{n_out}x{n_in}"), k), &k, |b, &k| {

@@ -200,27 +200,36 @@ mod tests {
             let bytes = q.data().unwrap();
             let shared: Option<Arc<dyn crate::kernels::RowsAsF32>> = match dtype {
                 GgmlDType::Q8_0 => {
-                    crate::kernels::Q8Matrix::from_ggml_bytes(&bytes, n_vocab, n_embd).map(|m| Arc::new(m) as _)
-                }
-                GgmlDType::Q4_0 | GgmlDType::Q4_1 => {
-                    crate::kernels::Q4Matrix::from_ggml_bytes(&bytes, n_vocab, n_embd, dtype == GgmlDType::Q4_1)
+                    crate::kernels::Q8Matrix::from_ggml_bytes(&bytes, n_vocab, n_embd, crate::kernels::Isa::best())
                         .map(|m| Arc::new(m) as _)
                 }
+                GgmlDType::Q4_0 | GgmlDType::Q4_1 => crate::kernels::Q4Matrix::from_ggml_bytes(
+                    &bytes,
+                    n_vocab,
+                    n_embd,
+                    dtype == GgmlDType::Q4_1,
+                    crate::kernels::Isa::best(),
+                )
+                .map(|m| Arc::new(m) as _),
                 GgmlDType::Q4K => {
-                    crate::kernels::Q4Matrix::from_q4k_bytes(&bytes, n_vocab, n_embd).map(|m| Arc::new(m) as _)
+                    crate::kernels::Q4Matrix::from_q4k_bytes(&bytes, n_vocab, n_embd, crate::kernels::Isa::best())
+                        .map(|m| Arc::new(m) as _)
                 }
                 GgmlDType::Q5K => {
-                    crate::kernels::Q4Matrix::from_q5k_bytes(&bytes, n_vocab, n_embd).map(|m| Arc::new(m) as _)
+                    crate::kernels::Q4Matrix::from_q5k_bytes(&bytes, n_vocab, n_embd, crate::kernels::Isa::best())
+                        .map(|m| Arc::new(m) as _)
                 }
                 GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
                     let format = match dtype {
                         GgmlDType::Q5_0 => crate::kernels::SmallBlocks::Q5_0,
                         _ => crate::kernels::SmallBlocks::Q5_1,
                     };
-                    crate::kernels::Q4Matrix::from_blocks(&bytes, n_vocab, n_embd, format).map(|m| Arc::new(m) as _)
+                    crate::kernels::Q4Matrix::from_blocks(&bytes, n_vocab, n_embd, format, crate::kernels::Isa::best())
+                        .map(|m| Arc::new(m) as _)
                 }
                 GgmlDType::Q6K => {
-                    crate::kernels::Q6Matrix::from_q6k_bytes(&bytes, n_vocab, n_embd).map(|m| Arc::new(m) as _)
+                    crate::kernels::Q6Matrix::from_q6k_bytes(&bytes, n_vocab, n_embd, crate::kernels::Isa::best())
+                        .map(|m| Arc::new(m) as _)
                 }
                 _ => None,
             };

@@ -17,6 +17,10 @@
 //! for bit: the integer block sums are exact in each, and each adds the scaled sums in one order
 //! (lane i of a chunk of blocks takes block i, then the 8 lanes are summed as `hsum256` does). The portable
 //! path (and NEON's on Arm) adds block by block; tests hold it to the SIMD results within 1e-3.
+//!
+//! Which of these paths a matrix runs is its [`Isa`], given to its constructor (a model load
+//! passes the one its options' kernel path names): its layout and its dispatch follow it, so
+//! matrices for different paths run side by side in one process.
 
 // The kernels walk several arrays (rows, blocks, lanes) with one counter.
 #![allow(clippy::needless_range_loop)]
@@ -26,16 +30,25 @@ mod amx;
 /// Off Linux on x86-64 there is no tile layout to build.
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 mod amx {
+    use super::Isa;
     #[derive(Debug, Clone)]
     pub(super) struct AmxTiles;
     impl AmxTiles {
-        pub(super) fn from_q4_ggml(_: &[u8], _: usize, _: usize, _: usize, _: &super::Scales) -> Option<AmxTiles> {
+        pub(super) fn from_q4_ggml(
+            _: Isa,
+            _: &[u8],
+            _: usize,
+            _: usize,
+            _: usize,
+            _: &super::Scales,
+        ) -> Option<AmxTiles> {
             None
         }
-        pub(super) fn from_q8(_: usize, _: usize, _: &[f32], _: impl Fn(usize) -> Vec<i8>) -> Option<AmxTiles> {
+        pub(super) fn from_q8(_: Isa, _: usize, _: usize, _: &[f32], _: impl Fn(usize) -> Vec<i8>) -> Option<AmxTiles> {
             None
         }
         pub(super) fn from_quants(
+            _: Isa,
             _: usize,
             _: usize,
             _: impl Fn(usize) -> Vec<u8>,
@@ -56,7 +69,8 @@ mod amx {
             false
         }
     }
-    pub(super) fn vnni_tiles() -> bool {
+    /// No AMX here.
+    pub(super) fn granted() -> bool {
         false
     }
 }
@@ -439,6 +453,7 @@ impl SharedOut {
 }
 
 mod activations;
+mod isa;
 mod kquants;
 mod layout;
 mod q4;
@@ -448,6 +463,7 @@ mod q6_tiles;
 mod q6k;
 mod q8;
 use activations::*;
+pub use isa::Isa;
 pub use kquants::QK_K;
 use layout::*;
 #[allow(unused_imports)]
@@ -460,32 +476,6 @@ pub use q6k::Q6Matrix;
 pub use q8::Q8Matrix;
 #[allow(unused_imports)]
 use q8::*;
-
-/// Whether the CPU has AVX-512 VNNI (with 256-bit forms, and F16C); the `avx2` kernel path turns
-/// it off.
-#[cfg(target_arch = "x86_64")]
-fn use_vnni() -> bool {
-    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *VNNI.get_or_init(|| {
-        is_x86_feature_detected!("avx512vnni")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("f16c")
-            && crate::options::current().kernel != crate::options::KernelPath::Avx2
-    })
-}
-
-/// Whether the VNNI kernels use 512-bit vectors too (AVX-512 F, BW, VNNI and VL);
-/// the `vnni256` kernel path keeps them to 256 bits (`avx2` turns VNNI off altogether).
-#[cfg(target_arch = "x86_64")]
-fn use_vnni512() -> bool {
-    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *WIDE.get_or_init(|| {
-        use_vnni()
-            && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && crate::options::current().kernel != crate::options::KernelPath::Vnni256
-    })
-}
 
 /// The parts one after another, in a vector of exactly their total length (collecting a
 /// `flat_map` grows by doubling, and the spare capacity stays with the matrix for its lifetime).
@@ -505,18 +495,6 @@ fn pick_rows<T: Copy>(v: &[T], rows: &[u32], per_row: usize) -> Option<Vec<T>> {
         out.extend_from_slice(v.get(r as usize * per_row..(r as usize + 1) * per_row)?);
     }
     Some(out)
-}
-
-/// Whether Q8_0 matrices hold their blocks' weight sums: only the VNNI kernels read them.
-fn holds_block_sums() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use_vnni()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
 }
 
 /// Whether [`Q6Matrix`] (and [`Q4Matrix`]) have a SIMD path on this CPU: AVX2 with FMA, or NEON.
@@ -543,5 +521,7 @@ pub fn q4_has_simd() -> bool {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_isa;
 #[cfg(test)]
 mod tests_k;

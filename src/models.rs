@@ -29,8 +29,8 @@ pub enum FetchProgress {
 /// (`~/Library/Application Support/Mentor Lab/models` on macOS, `~/.local/share/mentor-lab/models`
 /// on Linux).
 pub fn models_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("MENTOR_LAB_MODELS") {
-        return PathBuf::from(dir);
+    if let Some(dir) = crate::options::models_dir_from_env() {
+        return dir;
     }
     let app = if cfg!(target_os = "macos") { "Mentor Lab" } else { "mentor-lab" };
     match directories::BaseDirs::new() {
@@ -42,8 +42,8 @@ pub fn models_dir() -> PathBuf {
 /// The assets folder: beside the executable inside a macOS bundle (`Contents/Resources/assets`),
 /// `$MENTOR_LAB_ASSETS`, or the repository's `assets/` when run with cargo.
 pub fn assets_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("MENTOR_LAB_ASSETS") {
-        return PathBuf::from(dir);
+    if let Some(dir) = crate::options::assets_dir_from_env() {
+        return dir;
     }
     if let Ok(exe) = std::env::current_exe() {
         if let Some(macos) = exe.parent() {

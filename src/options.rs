@@ -1,9 +1,13 @@
 //! The engine's runtime switches, chosen once per process: by the command line (`--kernel`,
 //! `--no-cpu-step`, `--full-head`) through [`set`], else from the environment, which is read here
-//! and nowhere else (`MENTOR_LAB_KERNEL`, `MENTOR_LAB_NATIVE=0`, `MENTOR_LAB_FULL_HEAD=1`). They
-//! exist to compare the engine's paths with each other; the defaults are the fastest paths.
+//! and nowhere else (`MENTOR_LAB_KERNEL`, `MENTOR_LAB_NATIVE=0`, `MENTOR_LAB_FULL_HEAD=1`; and the
+//! folders `MENTOR_LAB_MODELS` and `MENTOR_LAB_ASSETS`). The switches exist to compare the
+//! engine's paths with each other; the defaults are the fastest paths. They reach the engine as
+//! an [`EngineOptions`] value given to each load: [`current`] is only the command line's and the
+//! app's way to hold the process's choice.
 
 use crate::error::{EngineError, Result};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// Which matrix kernels run on the CPU. Every path gives the same numbers bit for bit except
@@ -77,6 +81,16 @@ impl EngineOptions {
     pub fn batched_kernels(&self) -> bool {
         self.kernel != KernelPath::Candle
     }
+}
+
+/// `$MENTOR_LAB_MODELS`, the folder the models live in, where it is set.
+pub fn models_dir_from_env() -> Option<PathBuf> {
+    std::env::var_os("MENTOR_LAB_MODELS").map(PathBuf::from)
+}
+
+/// `$MENTOR_LAB_ASSETS`, the folder of the shipped assets, where it is set.
+pub fn assets_dir_from_env() -> Option<PathBuf> {
+    std::env::var_os("MENTOR_LAB_ASSETS").map(PathBuf::from)
 }
 
 static CURRENT: OnceLock<EngineOptions> = OnceLock::new();

@@ -291,7 +291,8 @@ impl Drafts {
             true => {
                 let p = mentor_lab::models::feature_draft()
                     .context("`,feature` needs assets/models/smollm2-135m-feature-draft.Q8_0.gguf")?;
-                let d = mentor_lab::load_model(&p, args.models.weights, &mentor_lab::model::default_device())?;
+                let (device, options) = (mentor_lab::model::default_device(), args.models.options()?);
+                let d = mentor_lab::engine::load_model_with(&p, args.models.weights, &device, &options)?;
                 mentor_lab::generate::check_vocab(&engine.target, &d)?;
                 Some(d)
             }

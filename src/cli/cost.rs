@@ -44,8 +44,9 @@ pub fn cost(args: CostArgs) -> Result<()> {
         m.model.feed(ctx)?;
         Ok(())
     })?;
+    let kernels = m.model.kernel_isa().map(|isa| format!(", {isa} kernels")).unwrap_or_default();
     println!(
-        "target {} ({}), {} threads: prefill {} tokens {:.1} ms → {:.0} tok/s",
+        "target {} ({}{kernels}), {} threads: prefill {} tokens {:.1} ms → {:.0} tok/s",
         m.info.name,
         m.model.weight_desc,
         candle_core::utils::get_num_threads(),

@@ -147,11 +147,11 @@ pub(super) fn finish_rows(
 }
 
 impl Q8Rows {
-    /// Fill `quants_u8` where a Q8_0 VNNI kernel will read it (groups of 2 or more rows); the
-    /// 4-bit kernels and the AVX2 paths never do.
+    /// Fill `quants_u8` where a Q8_0 VNNI kernel of `isa` (the matrix's) will read it (groups of
+    /// 2 or more rows); the 4-bit kernels and the AVX2 paths never do.
     #[cfg(target_arch = "x86_64")]
-    pub(super) fn fill_unsigned_for_vnni(&mut self) {
-        if self.n_rows > 1 && use_vnni() {
+    pub(super) fn fill_unsigned_for_vnni(&mut self, isa: Isa) {
+        if self.n_rows > 1 && isa.vnni() {
             self.quants_u8 = self.quants_il.iter().map(|&q| (q as u8) ^ 0x80).collect();
         }
     }
@@ -201,10 +201,10 @@ impl Q8Rows {
         }
     }
 
-    /// Fill `quants_pair` where the 512-bit 4-bit kernel will read it.
+    /// Fill `quants_pair` where the 512-bit 4-bit kernel will read it (`isa`: the matrix's).
     #[cfg(target_arch = "x86_64")]
-    pub(super) fn fill_pairs_for_wide(&mut self) {
-        if use_vnni512() {
+    pub(super) fn fill_pairs_for_wide(&mut self, isa: Isa) {
+        if isa.vnni512() {
             self.quants_pair = pair_vectors(&self.quants_il, self.quants.len() / self.n_rows.max(1));
         }
     }

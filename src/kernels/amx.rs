@@ -25,8 +25,7 @@
 //! multiplies measured ~2x slower), and keeping the weights unpacked instead doubles the bytes a
 //! verify pass reads (`cost`: 4 tokens 1.52x → 1.75x a step).
 
-use super::{chunks, concat, Q8Rows, BLOCK, GROUP_BLOCKS};
-use crate::options::KernelPath;
+use super::{chunks, concat, Isa, Q8Rows, BLOCK, GROUP_BLOCKS};
 use half::f16;
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -99,6 +98,9 @@ fn min_rows_q8(n_out: usize, n_in: usize) -> usize {
 #[derive(Debug, Clone)]
 pub(super) struct AmxTiles {
     groups: usize,
+    /// Calls of enough rows take AMX ([`Isa::amx`] of the matrix it was built for); else all
+    /// run with `vpdpbusd` ([`AmxTiles::rows_vnni`]).
+    amx: bool,
     /// Q8_0 (signed weights, no offset term) rather than 4-bit.
     signed: bool,
     weights: Vec<u8>, // (group, block, 256 packed) or, signed, (group, block, 512)
@@ -127,24 +129,12 @@ struct SuperScales {
     mn: Vec<u8>,    // (group, block, 16)
 }
 
-/// Whether this process can run the AMX path: the CPU has AMX-TILE and AMX-INT8, the 512-bit
-/// VNNI kernels are on (so the `vnni256` and `avx2` kernel paths turn AMX off too, and `noamx` and
-/// `notiles` alone),
-/// and Linux granted the tile state (it does only on request, per process).
-pub(super) fn available() -> bool {
+/// Whether this process can run AMX: the CPU has AMX-TILE and AMX-INT8, and Linux granted the
+/// tile state (it does only on request, per process; asked once, by the first [`Isa`] whose
+/// kernel path would use AMX).
+pub(super) fn granted() -> bool {
     static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OK.get_or_init(|| {
-        super::use_vnni512()
-            && !matches!(crate::options::current().kernel, KernelPath::NoAmx | KernelPath::NoTiles)
-            && cpu_has_amx_int8()
-            && request_tile_state()
-    })
-}
-
-/// Whether 4-bit matrices get the tile layout for [`AmxTiles::rows_vnni`]: the 512-bit VNNI
-/// kernels are on and the kernel path keeps tiles (all but `notiles`).
-pub(super) fn vnni_tiles() -> bool {
-    super::use_vnni512() && crate::options::current().kernel != KernelPath::NoTiles
+    *OK.get_or_init(|| cpu_has_amx_int8() && request_tile_state())
 }
 
 fn cpu_has_amx_int8() -> bool {
@@ -170,8 +160,9 @@ fn request_tile_state() -> bool {
 
 impl AmxTiles {
     /// From GGML Q4 bytes (`block_bytes` 20 for Q4_1, 18 for Q4_0: the 16 quant bytes last) and
-    /// the blocks' d and m; `None` where AMX is not available or there is no whole group.
+    /// the blocks' d and m; `None` where `isa` has no tiles or there is no whole group.
     pub(super) fn from_q4_ggml(
+        isa: Isa,
         bytes: &[u8],
         n_out: usize,
         n_in: usize,
@@ -179,7 +170,7 @@ impl AmxTiles {
         scales: &super::Scales,
     ) -> Option<AmxTiles> {
         let (groups, nb) = (n_out / TILE_OUTS, n_in / BLOCK);
-        if !(available() || vnni_tiles()) || groups == 0 || nb == 0 {
+        if !isa.tiles() || groups == 0 || nb == 0 {
             return None;
         }
         let offset = match scales {
@@ -188,6 +179,7 @@ impl AmxTiles {
         };
         let mut out = AmxTiles {
             groups,
+            amx: isa.amx(),
             signed: false,
             weights: vec![0; groups * nb * PACKED_BYTES],
             d: Vec::new(),
@@ -217,8 +209,9 @@ impl AmxTiles {
     }
 
     /// From a 4- or 5-bit matrix's quants (`quants_row(o)`: output o's, 0..15 or, `five`, 0..31,
-    /// in plain order) and its scales; `None` where no tile path runs or there is no whole group.
+    /// in plain order) and its scales; `None` where `isa` has no tiles or there is no whole group.
     pub(super) fn from_quants(
+        isa: Isa,
         n_out: usize,
         n_in: usize,
         quants_row: impl Fn(usize) -> Vec<u8>,
@@ -227,11 +220,12 @@ impl AmxTiles {
     ) -> Option<AmxTiles> {
         let (groups, nb) = (n_out / TILE_OUTS, n_in / BLOCK);
         let ns = nb / GROUP_BLOCKS;
-        if !(available() || vnni_tiles()) || groups == 0 || nb == 0 {
+        if !isa.tiles() || groups == 0 || nb == 0 {
             return None;
         }
         let mut t = AmxTiles {
             groups,
+            amx: isa.amx(),
             signed: false,
             weights: vec![0u8; groups * nb * PACKED_BYTES],
             d: Vec::new(),
@@ -294,7 +288,7 @@ impl AmxTiles {
 
     /// Whether a call of `n_rows` rows runs on AMX itself (else, 4-bit, on [`AmxTiles::rows_vnni`]).
     pub(super) fn takes_amx(&self, n_rows: usize, n_in: usize) -> bool {
-        available()
+        self.amx
             && match self.signed {
                 true => n_rows >= min_rows_q8(self.groups * TILE_OUTS, n_in),
                 // The 5-bit tiles' fifth bits are read by `vpdpbusd` alone.
@@ -345,19 +339,22 @@ impl AmxTiles {
         out
     }
 
-    /// From Q8_0 block scales `(n_out, n_in / 32)` and each output's weights in plain order.
+    /// From Q8_0 block scales `(n_out, n_in / 32)` and each output's weights in plain order;
+    /// `None` where `isa` has no tiles or there is no whole group.
     pub(super) fn from_q8(
+        isa: Isa,
         n_out: usize,
         n_in: usize,
         scales: &[f32],
         plain_row: impl Fn(usize) -> Vec<i8>,
     ) -> Option<AmxTiles> {
         let (groups, nb) = (n_out / TILE_OUTS, n_in / BLOCK);
-        if !(available() || vnni_tiles()) || groups == 0 || nb == 0 {
+        if !isa.tiles() || groups == 0 || nb == 0 {
             return None;
         }
         let mut out = AmxTiles {
             groups,
+            amx: isa.amx(),
             signed: true,
             weights: vec![0; groups * nb * TILE_BYTES],
             d: Vec::new(),
@@ -404,6 +401,7 @@ impl AmxTiles {
         if parts.is_empty()
             || n_outs.iter().zip(&parts).any(|(&n, p)| {
                 n != p.groups * TILE_OUTS
+                    || p.amx != parts[0].amx
                     || p.lanes != parts[0].lanes
                     || p.signed != parts[0].signed
                     || p.offset != parts[0].offset
@@ -415,6 +413,7 @@ impl AmxTiles {
         }
         Some(AmxTiles {
             groups: parts.iter().map(|p| p.groups).sum(),
+            amx: parts[0].amx,
             signed: parts[0].signed,
             weights: concat(parts.iter().map(|p| &p.weights[..])),
             d: concat(parts.iter().map(|p| &p.d[..])),
@@ -438,10 +437,11 @@ impl AmxTiles {
     /// written into `y` (row-major, `n_out` wide); returns how many outputs it did (0 where `outs`
     /// does not start a group).
     ///
-    /// Safety: the layout exists, so the 512-bit VNNI kernels run (AVX-512 F, BW and VNNI), and
-    /// AMX is [`available`] where [`AmxTiles::takes_amx`] says the call takes it; for Q8_0 calls
-    /// that AMX does not take, `xq` holds its [`Q8Rows::plain_u8`]; `y` holds `xq.n_rows · n_out`
-    /// floats, and nothing else writes these outputs' columns meanwhile.
+    /// Safety: the layout exists, so the CPU has the 512-bit VNNI kernels (AVX-512 F, BW and
+    /// VNNI), and AMX ([`granted`]) where [`AmxTiles::takes_amx`] says the call takes it (both
+    /// from the [`Isa`] it was built for); for Q8_0 calls that AMX does not take, `xq` holds its
+    /// [`Q8Rows::plain_u8`]; `y` holds `xq.n_rows · n_out` floats, and nothing else writes these
+    /// outputs' columns meanwhile.
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
     pub(super) unsafe fn rows(
         &self,

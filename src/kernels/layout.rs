@@ -70,8 +70,9 @@ pub(super) fn deinterleave_row<T: Copy>(row: &[T]) -> Vec<T> {
     plain
 }
 
-/// The common input width of matrices to stack, if they have one.
-pub(super) fn common_width(mut widths: impl Iterator<Item = usize>) -> Option<usize> {
-    let first = widths.next()?;
-    widths.all(|w| w == first).then_some(first)
+/// The value all of `values` share, if they share one (of matrices to stack: their input width,
+/// their [`Isa`]).
+pub(super) fn common<T: PartialEq>(mut values: impl Iterator<Item = T>) -> Option<T> {
+    let first = values.next()?;
+    values.all(|v| v == first).then_some(first)
 }

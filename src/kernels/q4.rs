@@ -38,6 +38,8 @@ pub struct Q4Matrix {
     /// The same weights in the tile layout where the 512-bit VNNI kernels run (calls take AMX
     /// where it pays, `vpdpbusd` over the tiles otherwise).
     pub(super) amx: Option<amx::AmxTiles>,
+    /// The instruction sets it was built for: its layout and its kernels follow them.
+    pub(super) isa: Isa,
 }
 
 /// Pack one row of 4-bit quants, given in plain order (`q[i]` is weight i, 0..15), as
@@ -82,9 +84,10 @@ pub(super) fn unpack_q4_il(packed: &[u8], n_in: usize) -> Vec<u8> {
 impl Q4Matrix {
     /// The matrices' rows one after another (all with the same `n_in`), like [`Q8Matrix::stack`].
     /// Parts that hold only their tiles stack into tiles alone; `None` where some parts hold rows
-    /// and others not.
+    /// and others not, or the parts were built for different instruction sets.
     pub fn stack(parts: &[&Q4Matrix]) -> Option<Q4Matrix> {
-        let n_in = common_width(parts.iter().map(|m| m.n_in))?;
+        let n_in = common(parts.iter().map(|m| m.n_in))?;
+        let isa = common(parts.iter().map(|m| m.isa))?;
         let amx = amx::AmxTiles::stack(
             &parts.iter().map(|m| m.amx.as_ref()).collect::<Vec<_>>(),
             &parts.iter().map(|m| m.n_out).collect::<Vec<_>>(),
@@ -92,7 +95,7 @@ impl Q4Matrix {
         let n_out = parts.iter().map(|m| m.n_out).sum();
         match parts.iter().filter(|m| m.tiles_only()).count() {
             0 => {}
-            n if n == parts.len() => return Some(Q4Matrix::tiles_alone(n_out, n_in, amx?)),
+            n if n == parts.len() => return Some(Q4Matrix::tiles_alone(n_out, n_in, amx?, isa)),
             _ => return None,
         }
         Some(Q4Matrix {
@@ -102,23 +105,37 @@ impl Q4Matrix {
             nibbles: concat(parts.iter().map(|m| &m.nibbles[..])),
             high: stack_high(parts, n_in),
             amx,
+            isa,
         })
     }
 
     /// A matrix held in its tile layout alone (see [`Q4Matrix::drop_row_layout`]).
-    fn tiles_alone(n_out: usize, n_in: usize, tiles: amx::AmxTiles) -> Q4Matrix {
+    fn tiles_alone(n_out: usize, n_in: usize, tiles: amx::AmxTiles, isa: Isa) -> Q4Matrix {
         let scales = Scales::Centered { d: Vec::new(), offset: 0.0 };
-        Q4Matrix { n_out, n_in, scales, nibbles: Vec::new(), high: Vec::new(), amx: Some(tiles) }
+        Q4Matrix { n_out, n_in, scales, nibbles: Vec::new(), high: Vec::new(), amx: Some(tiles), isa }
+    }
+
+    /// The instruction sets its kernels use.
+    pub fn isa(&self) -> Isa {
+        self.isa
     }
 
     /// A file's 4- or 5-bit matrix as it is, in the tile layout alone where that holds every
     /// output and `rows` is false (so the load never holds the weights twice; such a matrix's
-    /// rows cannot be selected), else as [`Q4Matrix::from_blocks`] and the K readers do.
-    pub fn from_file(bytes: &[u8], n_out: usize, n_in: usize, format: Q4File, rows: bool) -> Option<Q4Matrix> {
+    /// rows cannot be selected), else as [`Q4Matrix::from_blocks`] and the K readers do; for
+    /// `isa`'s kernels.
+    pub fn from_file(
+        bytes: &[u8],
+        n_out: usize,
+        n_in: usize,
+        format: Q4File,
+        rows: bool,
+        isa: Isa,
+    ) -> Option<Q4Matrix> {
         match format {
-            Q4File::Blocks(f) => Self::read_blocks(bytes, n_out, n_in, f, rows),
-            Q4File::Q4K => Self::from_k_bytes(bytes, n_out, n_in, false, rows),
-            Q4File::Q5K => Self::from_k_bytes(bytes, n_out, n_in, true, rows),
+            Q4File::Blocks(f) => Self::read_blocks(bytes, n_out, n_in, f, rows, isa),
+            Q4File::Q4K => Self::from_k_bytes(bytes, n_out, n_in, false, rows, isa),
+            Q4File::Q5K => Self::from_k_bytes(bytes, n_out, n_in, true, rows, isa),
         }
     }
 
@@ -127,21 +144,29 @@ impl Q4Matrix {
         let nibbles = pick_rows(&self.nibbles, rows, self.n_in / 2)?;
         let scales = self.scales.select_rows(rows, self.n_in / BLOCK)?;
         let high = select_high(&self.high, rows, self.n_in)?;
-        Some(Q4Matrix { n_out: rows.len(), n_in: self.n_in, scales, nibbles, high, amx: None })
+        Some(Q4Matrix { n_out: rows.len(), n_in: self.n_in, scales, nibbles, high, amx: None, isa: self.isa })
     }
 
-    /// Repack GGML Q4_1 (`min = true`: f16 d, f16 m, 16 bytes) or Q4_0 (f16 d, 16 bytes) bytes.
-    pub fn from_ggml_bytes(bytes: &[u8], n_out: usize, n_in: usize, min: bool) -> Option<Q4Matrix> {
-        Self::from_blocks(bytes, n_out, n_in, if min { SmallBlocks::Q4_1 } else { SmallBlocks::Q4_0 })
+    /// Repack GGML Q4_1 (`min = true`: f16 d, f16 m, 16 bytes) or Q4_0 (f16 d, 16 bytes) bytes for
+    /// `isa`'s kernels.
+    pub fn from_ggml_bytes(bytes: &[u8], n_out: usize, n_in: usize, min: bool, isa: Isa) -> Option<Q4Matrix> {
+        Self::from_blocks(bytes, n_out, n_in, if min { SmallBlocks::Q4_1 } else { SmallBlocks::Q4_0 }, isa)
     }
 
     /// Read a file's blocks of 32 weights with their own f16 scale (Q4_0, Q4_1, Q5_0, Q5_1) as
     /// they are: block d and m in f32, the quants' low 4 bits as nibbles, the fifth beside them.
-    pub fn from_blocks(bytes: &[u8], n_out: usize, n_in: usize, format: SmallBlocks) -> Option<Q4Matrix> {
-        Self::read_blocks(bytes, n_out, n_in, format, true)
+    pub fn from_blocks(bytes: &[u8], n_out: usize, n_in: usize, format: SmallBlocks, isa: Isa) -> Option<Q4Matrix> {
+        Self::read_blocks(bytes, n_out, n_in, format, true, isa)
     }
 
-    fn read_blocks(bytes: &[u8], n_out: usize, n_in: usize, format: SmallBlocks, rows: bool) -> Option<Q4Matrix> {
+    fn read_blocks(
+        bytes: &[u8],
+        n_out: usize,
+        n_in: usize,
+        format: SmallBlocks,
+        rows: bool,
+        isa: Isa,
+    ) -> Option<Q4Matrix> {
         let block_bytes = format.bytes();
         if !n_in.is_multiple_of(BLOCK) || bytes.len() != n_out.checked_mul(n_in / BLOCK * block_bytes)? {
             return None;
@@ -169,25 +194,25 @@ impl Q4Matrix {
             plain
         };
         let amx = match format.five() {
-            false => amx::AmxTiles::from_q4_ggml(bytes, n_out, n_in, block_bytes, &scales),
-            true => amx::AmxTiles::from_quants(n_out, n_in, quants_row, &scales, true),
+            false => amx::AmxTiles::from_q4_ggml(isa, bytes, n_out, n_in, block_bytes, &scales),
+            true => amx::AmxTiles::from_quants(isa, n_out, n_in, quants_row, &scales, true),
         };
-        Some(Self::with_rows(n_out, n_in, scales, amx, format.five(), rows, quants_row))
+        Some(Self::with_rows((n_out, n_in), scales, amx, format.five(), rows, isa, quants_row))
     }
 
-    /// The matrix from its scales and tiles: in the tile layout alone where that holds every
-    /// output and `rows` is false, else with the row layout packed from `quants_row`.
+    /// The matrix from its scales and tiles, built for `isa`: in the tile layout alone where that
+    /// holds every output and `rows` is false, else with the row layout packed from `quants_row`.
     fn with_rows(
-        n_out: usize,
-        n_in: usize,
+        (n_out, n_in): (usize, usize),
         scales: Scales,
         amx: Option<amx::AmxTiles>,
         five: bool,
         rows: bool,
+        isa: Isa,
         quants_row: impl Fn(usize) -> Vec<u8>,
     ) -> Q4Matrix {
         match amx {
-            Some(t) if !rows && t.covers(n_out) && n_in > 0 => Q4Matrix::tiles_alone(n_out, n_in, t),
+            Some(t) if !rows && t.covers(n_out) && n_in > 0 => Q4Matrix::tiles_alone(n_out, n_in, t, isa),
             amx => {
                 let mut packed = PackedRows::new(n_out, n_in, five);
                 if n_in > 0 {
@@ -196,23 +221,23 @@ impl Q4Matrix {
                     }
                 }
                 let (nibbles, high) = packed.finish();
-                Q4Matrix { n_out, n_in, scales, nibbles, high, amx }
+                Q4Matrix { n_out, n_in, scales, nibbles, high, amx, isa }
             }
         }
     }
 
     /// Read GGML Q4_K bytes as they are: each sub-block of 32 weights has its own scale and min,
-    /// which become this layout's per-block d and m ([`Scales::Super`]).
-    pub fn from_q4k_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q4Matrix> {
-        Self::from_k_bytes(bytes, n_out, n_in, false, true)
+    /// which become this layout's per-block d and m ([`Scales::Super`]); for `isa`'s kernels.
+    pub fn from_q4k_bytes(bytes: &[u8], n_out: usize, n_in: usize, isa: Isa) -> Option<Q4Matrix> {
+        Self::from_k_bytes(bytes, n_out, n_in, false, true, isa)
     }
 
     /// Q5_K bytes as they are: Q4_K's scales and nibbles, with a fifth bit per quant.
-    pub fn from_q5k_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q4Matrix> {
-        Self::from_k_bytes(bytes, n_out, n_in, true, true)
+    pub fn from_q5k_bytes(bytes: &[u8], n_out: usize, n_in: usize, isa: Isa) -> Option<Q4Matrix> {
+        Self::from_k_bytes(bytes, n_out, n_in, true, true, isa)
     }
 
-    fn from_k_bytes(bytes: &[u8], n_out: usize, n_in: usize, five: bool, rows: bool) -> Option<Q4Matrix> {
+    fn from_k_bytes(bytes: &[u8], n_out: usize, n_in: usize, five: bool, rows: bool, isa: Isa) -> Option<Q4Matrix> {
         use kquants::{Q4K_BYTES, Q5K_BYTES, QK_K};
         let (ns, block_bytes) = (n_in / QK_K, if five { Q5K_BYTES } else { Q4K_BYTES });
         if n_in == 0 || !n_in.is_multiple_of(QK_K) || bytes.len() != n_out.checked_mul(ns * block_bytes)? {
@@ -242,8 +267,8 @@ impl Q4Matrix {
             plain
         };
         let scales = Scales::Super { d, dmin, sc, mn };
-        let amx = amx::AmxTiles::from_quants(n_out, n_in, quants_row, &scales, five);
-        Some(Self::with_rows(n_out, n_in, scales, amx, five, rows, quants_row))
+        let amx = amx::AmxTiles::from_quants(isa, n_out, n_in, quants_row, &scales, five);
+        Some(Self::with_rows((n_out, n_in), scales, amx, five, rows, isa, quants_row))
     }
 
     /// Bytes held (the tiles included).
@@ -729,7 +754,7 @@ impl RowKernel for Q4Matrix {
 
     #[cfg(target_arch = "x86_64")]
     fn prepare(&self, xq: &mut Q8Rows) {
-        xq.fill_pairs_for_wide();
+        xq.fill_pairs_for_wide(self.isa);
         #[cfg(target_os = "linux")]
         if self.amx.as_ref().is_some_and(|t| t.takes_amx(xq.n_rows, self.n_in)) {
             xq.fill_tile_pairs();
@@ -739,17 +764,18 @@ impl RowKernel for Q4Matrix {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
         match &self.amx {
-            // SAFETY: the layout exists only where the 512-bit VNNI kernels (and, for the calls
-            // it takes, AMX) run; the rest is the caller's.
+            // SAFETY: the layout exists only where the matrix's Isa has the 512-bit VNNI kernels
+            // (and AMX, for the calls it takes); the rest is the caller's.
             Some(tiles) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
             None => 0,
         }
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        if use_vnni512() {
+        // The matrix's Isa has only what the CPU has.
+        if self.isa.vnni512() {
             self.rows_vnni512(outs, xq, local)
-        } else if use_vnni() {
+        } else if self.isa.vnni() {
             self.rows_vnni(outs, xq, local)
         } else {
             self.rows_avx2_impl(outs, xq, local)

@@ -47,16 +47,17 @@ pub(super) struct Q6Tiles {
 
 impl Q6Tiles {
     /// From a matrix's rows (`row(o)`: output o's quants 0..63 in plain order and its scales in
-    /// file order, one per 16 weights) and its super-blocks' d (`d(o, s)`); `None` where the tile
-    /// kernels do not run or there is no whole group.
+    /// file order, one per 16 weights) and its super-blocks' d (`d(o, s)`); `None` where `isa`
+    /// has no tiles or there is no whole group.
     pub(super) fn build(
+        isa: super::Isa,
         n_out: usize,
         n_in: usize,
         row: impl Fn(usize) -> (Vec<u8>, Vec<i8>),
         d: impl Fn(usize, usize) -> f32,
     ) -> Option<Q6Tiles> {
         let (groups, nb, ns) = (n_out / TILE_OUTS, n_in / BLOCK, n_in / QK_K);
-        if !super::amx::vnni_tiles() || groups == 0 || ns == 0 {
+        if !isa.tiles() || groups == 0 || ns == 0 {
             return None;
         }
         let mut t = Q6Tiles {

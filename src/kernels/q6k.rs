@@ -27,19 +27,21 @@ pub struct Q6Matrix {
     /// The tile layout where the 512-bit VNNI kernels run: calls take it for its whole groups of
     /// 16 outputs (see [`super::q6_tiles`]).
     pub(super) tiles: Option<Q6Tiles>,
+    /// The instruction sets it was built for: its layout and its kernels follow them.
+    isa: Isa,
 }
 
 impl Q6Matrix {
     /// Read GGML Q6_K bytes as they are: into the tile layout alone where it holds every output
     /// (so the load never holds the weights twice), else into the row layout (with tiles for the
-    /// whole groups of 16 outputs).
-    pub fn from_q6k_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q6Matrix> {
-        Self::read(bytes, n_out, n_in, false)
+    /// whole groups of 16 outputs); for `isa`'s kernels.
+    pub fn from_q6k_bytes(bytes: &[u8], n_out: usize, n_in: usize, isa: Isa) -> Option<Q6Matrix> {
+        Self::read(bytes, n_out, n_in, false, isa)
     }
 
     /// [`Q6Matrix::from_q6k_bytes`] with the row layout kept even where the tiles hold every
     /// output (`rows`), for comparing the two kernels.
-    pub(super) fn read(bytes: &[u8], n_out: usize, n_in: usize, rows: bool) -> Option<Q6Matrix> {
+    pub(super) fn read(bytes: &[u8], n_out: usize, n_in: usize, rows: bool, isa: Isa) -> Option<Q6Matrix> {
         let ns = n_in / QK_K;
         if n_in == 0 || !n_in.is_multiple_of(QK_K) || bytes.len() != n_out.checked_mul(ns * Q6K_BYTES)? {
             return None;
@@ -54,13 +56,13 @@ impl Q6Matrix {
                 (q, sc)
             };
             let d = |o: usize, s: usize| half::f16::from_le_bytes([block(o, s)[208], block(o, s)[209]]).to_f32();
-            if let Some(tiles) = Q6Tiles::build(n_out, n_in, row, d) {
-                let mut m = Q6Matrix::zeroed(0, n_in);
+            if let Some(tiles) = Q6Tiles::build(isa, n_out, n_in, row, d) {
+                let mut m = Q6Matrix::zeroed(0, n_in, isa);
                 (m.n_out, m.tiles) = (n_out, Some(tiles));
                 return Some(m);
             }
         }
-        let mut m = Q6Matrix::zeroed(n_out, n_in);
+        let mut m = Q6Matrix::zeroed(n_out, n_in, isa);
         let (mut plain, mut sc, mut d) = (vec![0u8; n_in], vec![0i8; n_in / 16], vec![0f32; ns]);
         for o in 0..n_out {
             for (s, d) in d.iter_mut().enumerate() {
@@ -71,8 +73,8 @@ impl Q6Matrix {
         Some(m.with_tiles())
     }
 
-    /// A matrix of zero weights in the row layout, for [`Q6Matrix::set_row`] to fill.
-    fn zeroed(n_out: usize, n_in: usize) -> Q6Matrix {
+    /// A matrix of zero weights in the row layout for `isa`, for [`Q6Matrix::set_row`] to fill.
+    fn zeroed(n_out: usize, n_in: usize, isa: Isa) -> Q6Matrix {
         Q6Matrix {
             n_out,
             n_in,
@@ -81,7 +83,13 @@ impl Q6Matrix {
             low: vec![0; n_out * n_in / 2],
             high: vec![0; n_out * n_in / 4],
             tiles: None,
+            isa,
         }
+    }
+
+    /// The instruction sets its kernels use.
+    pub fn isa(&self) -> Isa {
+        self.isa
     }
 
     /// Row `o` from its quants (0..63) in plain order, its scales in file order and its
@@ -106,9 +114,9 @@ impl Q6Matrix {
         }
     }
 
-    /// The same matrix with its tile layout built (where the tile kernels run).
+    /// The same matrix with its tile layout built (where its Isa runs the tile kernels).
     fn with_tiles(mut self) -> Q6Matrix {
-        self.tiles = Q6Tiles::build(self.n_out, self.n_in, |o| self.row(o), |o, s| self.d_at(o, s));
+        self.tiles = Q6Tiles::build(self.isa, self.n_out, self.n_in, |o| self.row(o), |o, s| self.d_at(o, s));
         self
     }
 
@@ -201,17 +209,18 @@ impl Q6Matrix {
 
     /// The matrices' rows one after another (all with the same `n_in`), like [`Q8Matrix::stack`]:
     /// in the tile layout alone where every part holds only that, else in the row layout (with
-    /// tiles for the whole groups).
+    /// tiles for the whole groups). Parts built for different instruction sets do not stack.
     pub fn stack(parts: &[&Q6Matrix]) -> Option<Q6Matrix> {
-        let n_in = common_width(parts.iter().map(|m| m.n_in))?;
+        let n_in = common(parts.iter().map(|m| m.n_in))?;
+        let isa = common(parts.iter().map(|m| m.isa))?;
         let n_out = parts.iter().map(|m| m.n_out).sum();
         if parts.iter().all(|m| m.tiles_only()) {
             let tiles: Vec<&Q6Tiles> = parts.iter().filter_map(|m| m.tiles.as_ref()).collect();
-            let mut m = Q6Matrix::zeroed(0, n_in);
+            let mut m = Q6Matrix::zeroed(0, n_in, isa);
             (m.n_out, m.tiles) = (n_out, Some(Q6Tiles::stack(&tiles)));
             return Some(m);
         }
-        let mut m = Q6Matrix::zeroed(n_out, n_in);
+        let mut m = Q6Matrix::zeroed(n_out, n_in, isa);
         let rows = parts.iter().flat_map(|part| (0..part.n_out).map(move |o| (part, o)));
         for (i, (part, o)) in rows.enumerate() {
             let (q, sc) = part.row(o);
@@ -229,7 +238,7 @@ impl Q6Matrix {
             return None;
         }
         let m = if self.tiles_only() {
-            let mut m = Q6Matrix::zeroed(rows.len(), n_in);
+            let mut m = Q6Matrix::zeroed(rows.len(), n_in, self.isa);
             for (i, &r) in rows.iter().enumerate() {
                 let (q, sc) = self.row(r as usize);
                 let d: Vec<f32> = (0..ns).map(|s| self.d_at(r as usize, s)).collect();
@@ -245,6 +254,7 @@ impl Q6Matrix {
                 low: pick_rows(&self.low, rows, n_in / 2)?,
                 high: pick_rows(&self.high, rows, n_in / 4)?,
                 tiles: None,
+                isa: self.isa,
             }
         };
         Some(m.with_tiles())
@@ -376,8 +386,8 @@ impl RowKernel for Q6Matrix {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
         match &self.tiles {
-            // SAFETY: the layout exists only where the 512-bit VNNI kernels run, and `prepare`
-            // filled the half sums; the rest is the caller's.
+            // SAFETY: the layout exists only where the matrix's Isa has the 512-bit VNNI kernels,
+            // and `prepare` filled the half sums; the rest is the caller's.
             Some(tiles) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
             None => 0,
         }
@@ -386,7 +396,8 @@ impl RowKernel for Q6Matrix {
     /// accumulator), of up to MAX_GROUP with AVX-512VL's 32.
     #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        if use_vnni() {
+        // The matrix's Isa has only what the CPU has.
+        if self.isa.vnni() {
             self.rows_vnni(outs, xq, local)
         } else {
             self.rows_avx2_impl(outs, xq, local)

@@ -20,14 +20,17 @@ pub struct Q8Matrix {
     /// where it pays, `vpdpbusd` over the tiles otherwise); a matrix read from a file with whole
     /// groups of 16 outputs holds only this layout there.
     pub(super) amx: Option<amx::AmxTiles>,
+    /// The instruction sets it was built for: its layout and its kernels follow them.
+    pub(super) isa: Isa,
 }
 
 impl Q8Matrix {
     /// The matrices' rows one after another (all with the same `n_in`): one product for several
     /// projections of the same input. Parts held in tiles alone stack into tiles alone; a mix is
-    /// rebuilt in the row layout.
+    /// rebuilt in the row layout. Parts built for different instruction sets do not stack.
     pub fn stack(parts: &[&Q8Matrix]) -> Option<Q8Matrix> {
-        let n_in = common_width(parts.iter().map(|m| m.n_in))?;
+        let n_in = common(parts.iter().map(|m| m.n_in))?;
+        let isa = common(parts.iter().map(|m| m.isa))?;
         let n_out = parts.iter().map(|m| m.n_out).sum();
         let tiles = || {
             amx::AmxTiles::stack(
@@ -43,8 +46,9 @@ impl Q8Matrix {
                 quants: concat(parts.iter().map(|m| &m.quants[..])),
                 wsum: concat(parts.iter().map(|m| &m.wsum[..])),
                 amx: tiles(),
+                isa,
             }),
-            n if n == parts.len() => Some(Q8Matrix::tiles_alone(n_out, n_in, tiles()?)),
+            n if n == parts.len() => Some(Q8Matrix::tiles_alone(n_out, n_in, tiles()?, isa)),
             _ => {
                 let rows = parts.iter().flat_map(|m| (0..m.n_out).map(move |o| m.plain_row(o)));
                 let (mut scales, mut quants) = (Vec::new(), Vec::new());
@@ -53,14 +57,19 @@ impl Q8Matrix {
                     quants.extend(w);
                     scales.extend(s);
                 }
-                Some(Q8Matrix::new(n_out, n_in, scales, quants))
+                Some(Q8Matrix::new(n_out, n_in, scales, quants, isa))
             }
         }
     }
 
     /// A matrix held in its tile layout alone.
-    fn tiles_alone(n_out: usize, n_in: usize, tiles: amx::AmxTiles) -> Q8Matrix {
-        Q8Matrix { n_out, n_in, scales: Vec::new(), quants: Vec::new(), wsum: Vec::new(), amx: Some(tiles) }
+    fn tiles_alone(n_out: usize, n_in: usize, tiles: amx::AmxTiles, isa: Isa) -> Q8Matrix {
+        Q8Matrix { n_out, n_in, scales: Vec::new(), quants: Vec::new(), wsum: Vec::new(), amx: Some(tiles), isa }
+    }
+
+    /// The instruction sets its kernels use.
+    pub fn isa(&self) -> Isa {
+        self.isa
     }
 
     /// Whether the matrix is held in its tile layout alone (every call runs on the tiles).
@@ -78,20 +87,23 @@ impl Q8Matrix {
         (deinterleave_row(&self.quants[o * n_in..(o + 1) * n_in]), self.scales[o * nb..(o + 1) * nb].to_vec())
     }
 
-    /// From scales and interleaved quants; computes the block sums.
-    pub(super) fn new(n_out: usize, n_in: usize, scales: Vec<f32>, quants: Vec<i8>) -> Q8Matrix {
+    /// From scales and interleaved quants for `isa`; computes the block sums where its kernels
+    /// read them.
+    pub(super) fn new(n_out: usize, n_in: usize, scales: Vec<f32>, quants: Vec<i8>, isa: Isa) -> Q8Matrix {
         // Interleaving keeps each group's bytes within the group, and a block's 32 bytes land in
         // one lane of each of the group's 8 vectors; summing by natural block needs the plain row.
         let mut wsum = Vec::new();
-        if n_in > 0 && holds_block_sums() {
+        // Only the VNNI kernels read the block sums.
+        if n_in > 0 && isa.vnni() {
             wsum.reserve(n_out * (n_in / BLOCK));
             for row in quants.chunks_exact(n_in) {
                 let plain = deinterleave_row(row);
                 wsum.extend(plain.chunks_exact(BLOCK).map(|b| b.iter().map(|&q| q as i16).sum::<i16>()));
             }
         }
-        let amx = amx::AmxTiles::from_q8(n_out, n_in, &scales, |o| deinterleave_row(&quants[o * n_in..(o + 1) * n_in]));
-        Q8Matrix { n_out, n_in, scales, quants, wsum, amx }
+        let plain_row = |o: usize| deinterleave_row(&quants[o * n_in..(o + 1) * n_in]);
+        let amx = amx::AmxTiles::from_q8(isa, n_out, n_in, &scales, plain_row);
+        Q8Matrix { n_out, n_in, scales, quants, wsum, amx, isa }
     }
 
     /// Only the given rows, in that order (a vocabulary head restricted to some tokens), from
@@ -107,7 +119,7 @@ impl Q8Matrix {
                 quants.extend(w);
                 scales.extend(s);
             }
-            return Some(Q8Matrix::new(rows.len(), self.n_in, scales, quants));
+            return Some(Q8Matrix::new(rows.len(), self.n_in, scales, quants, self.isa));
         }
         Some(Q8Matrix {
             n_out: rows.len(),
@@ -116,26 +128,29 @@ impl Q8Matrix {
             quants: pick_rows(&self.quants, rows, self.n_in)?,
             wsum: pick_rows(&self.wsum, rows, if self.wsum.is_empty() { 0 } else { nb })?,
             amx: None,
+            isa: self.isa,
         })
     }
 
-    /// Quantize an f32 matrix given row-major `(n_out, n_in)`; `n_in` must be a multiple of 32.
-    pub fn from_f32(w: &[f32], n_out: usize, n_in: usize) -> Option<Q8Matrix> {
+    /// Quantize an f32 matrix given row-major `(n_out, n_in)` for `isa`'s kernels; `n_in` must be
+    /// a multiple of 32.
+    pub fn from_f32(w: &[f32], n_out: usize, n_in: usize, isa: Isa) -> Option<Q8Matrix> {
         if !n_in.is_multiple_of(BLOCK) || w.len() != n_out * n_in {
             return None;
         }
         let r = quantize_rows(w, n_out, n_in);
-        Some(Q8Matrix::new(n_out, n_in, r.scales, r.quants_il))
+        Some(Q8Matrix::new(n_out, n_in, r.scales, r.quants_il, isa))
     }
 
-    /// Repack GGML Q8_0 bytes (as in a GGUF file or candle's QTensor) for `(n_out, n_in)`.
-    pub fn from_ggml_bytes(bytes: &[u8], n_out: usize, n_in: usize) -> Option<Q8Matrix> {
-        Self::from_file(bytes, n_out, n_in, true)
+    /// Repack GGML Q8_0 bytes (as in a GGUF file or candle's QTensor) for `(n_out, n_in)` and
+    /// `isa`'s kernels.
+    pub fn from_ggml_bytes(bytes: &[u8], n_out: usize, n_in: usize, isa: Isa) -> Option<Q8Matrix> {
+        Self::from_file(bytes, n_out, n_in, true, isa)
     }
 
     /// GGML Q8_0 bytes in the tile layout alone where that holds every output and `rows` is
     /// false (so the load never holds the weights twice), else as [`Q8Matrix::from_ggml_bytes`].
-    pub fn from_file(bytes: &[u8], n_out: usize, n_in: usize, rows: bool) -> Option<Q8Matrix> {
+    pub fn from_file(bytes: &[u8], n_out: usize, n_in: usize, rows: bool, isa: Isa) -> Option<Q8Matrix> {
         if !n_in.is_multiple_of(BLOCK) || bytes.len() != n_out.checked_mul(n_in / BLOCK * GGML_Q8_0_BYTES)? {
             return None;
         }
@@ -153,8 +168,10 @@ impl Q8Matrix {
                     .collect()
             };
             #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-            if let Some(tiles) = amx::AmxTiles::from_q8(n_out, n_in, &scales, plain_row).filter(|t| t.covers(n_out)) {
-                return Some(Q8Matrix::tiles_alone(n_out, n_in, tiles));
+            if let Some(tiles) =
+                amx::AmxTiles::from_q8(isa, n_out, n_in, &scales, plain_row).filter(|t| t.covers(n_out))
+            {
+                return Some(Q8Matrix::tiles_alone(n_out, n_in, tiles, isa));
             }
             #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
             let _ = plain_row;
@@ -166,7 +183,7 @@ impl Q8Matrix {
         if n_in > 0 {
             quants.chunks_exact_mut(n_in).for_each(interleave_row);
         }
-        Some(Q8Matrix::new(n_out, n_in, scales, quants))
+        Some(Q8Matrix::new(n_out, n_in, scales, quants, isa))
     }
 
     /// Bytes held (the tiles included).
@@ -493,7 +510,7 @@ impl RowKernel for Q8Matrix {
     #[cfg(target_arch = "x86_64")]
     fn prepare(&self, xq: &mut Q8Rows) {
         if !self.tiles_only() {
-            xq.fill_unsigned_for_vnni();
+            xq.fill_unsigned_for_vnni(self.isa);
         }
         #[cfg(target_os = "linux")]
         match &self.amx {
@@ -505,16 +522,18 @@ impl RowKernel for Q8Matrix {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     unsafe fn rows_direct(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, y: *mut f32) -> usize {
         match &self.amx {
-            // SAFETY: the layout exists only where `amx::available()`; the rest is the caller's.
+            // SAFETY: the layout exists only where the matrix's Isa has tiles (and AMX where its
+            // calls take it); the rest is the caller's.
             Some(tiles) => tiles.rows(self.n_in, outs, xq, y, self.n_out),
             None => 0,
         }
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(&self, outs: std::ops::Range<usize>, xq: &Q8Rows, local: &mut [f32]) {
-        if use_vnni512() {
+        // The matrix's Isa has only what the CPU has.
+        if self.isa.vnni512() {
             self.rows_vnni512(outs, xq, local)
-        } else if use_vnni() {
+        } else if self.isa.vnni() {
             self.rows_vnni(outs, xq, local)
         } else {
             self.rows_avx2_only(outs, xq, local)

@@ -34,7 +34,7 @@ fn q4_0_bytes(n_out: usize, n_in: usize, seed: u64) -> Vec<u8> {
     ggml_bytes(n_out, n_in, seed, candle_core::quantized::GgmlDType::Q4_0)
 }
 
-fn ggml_bytes(n_out: usize, n_in: usize, seed: u64, dtype: candle_core::quantized::GgmlDType) -> Vec<u8> {
+pub(super) fn ggml_bytes(n_out: usize, n_in: usize, seed: u64, dtype: candle_core::quantized::GgmlDType) -> Vec<u8> {
     let t = candle_core::Tensor::from_vec(pseudo_random(n_out * n_in, seed), (n_out, n_in), &candle_core::Device::Cpu)
         .unwrap();
     candle_core::quantized::QTensor::quantize(&t, dtype).unwrap().data().unwrap().into_owned()
@@ -76,8 +76,8 @@ fn batched_equals_single_rows_exactly() {
     // 256: whole groups of 8 blocks only; 576 (the default model's width): a chunk of 2 blocks
     // after them; 480: chunks of 4, 2 and 1 after one group; 64: no whole group.
     for (n_out, n_in) in [(100, 256), (101, 576), (37, 480), (35, 64)] {
-        let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 1), n_out, n_in).unwrap();
-        let q4 = Q4Matrix::from_ggml_bytes(&q4_1_bytes(n_out, n_in, 1), n_out, n_in, true).unwrap();
+        let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 1), n_out, n_in, Isa::best()).unwrap();
+        let q4 = Q4Matrix::from_ggml_bytes(&q4_1_bytes(n_out, n_in, 1), n_out, n_in, true, Isa::best()).unwrap();
         type Matmul<'a> = &'a dyn Fn(&[f32], usize) -> Vec<f32>;
         let kernels: [(&str, Matmul); 2] = [("q8_0", &|x, n| q8.matmul(x, n)), ("q4_1", &|x, n| q4.matmul(x, n))];
         for (name, matmul) in kernels {
@@ -104,19 +104,20 @@ fn batched_equals_single_rows_exactly() {
 #[test]
 #[cfg(target_arch = "x86_64")]
 fn vnni_kernels_equal_the_avx2_ones() {
-    if !use_vnni() {
-        eprintln!("no AVX-512 VNNI on this CPU (or the avx2 kernel path): nothing to compare");
+    let best = Isa::best();
+    if !best.vnni() {
+        eprintln!("no AVX-512 VNNI on this CPU: nothing to compare");
         return;
     }
     for (n_out, n_in) in [(67, 576), (13, 1536), (21, 480), (20, 64), (9, 32)] {
-        let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 21), n_out, n_in).unwrap();
-        let q4 = Q4Matrix::from_ggml_bytes(&q4_1_bytes(n_out, n_in, 22), n_out, n_in, true).unwrap();
+        let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 21), n_out, n_in, best).unwrap();
+        let q4 = Q4Matrix::from_ggml_bytes(&q4_1_bytes(n_out, n_in, 22), n_out, n_in, true, best).unwrap();
         for n_rows in [1, 2, 3, 5, 6, 9, 17] {
             let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 23 + n_rows as u64), n_rows, n_in);
-            xq.fill_unsigned_for_vnni();
-            xq.fill_pairs_for_wide();
+            xq.fill_unsigned_for_vnni(best);
+            xq.fill_pairs_for_wide(best);
             let run = |f: &dyn Fn(&mut [f32])| output_bits(n_out * n_rows, f);
-            // SAFETY: `use_vnni` checked AVX-512 VNNI and VL, which imply AVX2 and FMA here.
+            // SAFETY: `best` has AVX-512 VNNI and VL, which imply AVX2 and FMA here.
             unsafe {
                 assert_eq!(
                     run(&|o| q8.rows_vnni(0..n_out, &xq, o)),
@@ -128,7 +129,7 @@ fn vnni_kernels_equal_the_avx2_ones() {
                     run(&|o| q4.rows_avx2_impl(0..n_out, &xq, o)),
                     "q4_1 {n_out}x{n_in}, {n_rows} rows"
                 );
-                if use_vnni512() {
+                if best.vnni512() {
                     assert_eq!(
                         run(&|o| q8.rows_vnni512(0..n_out, &xq, o)),
                         run(&|o| q8.rows_avx2_only(0..n_out, &xq, o)),
@@ -190,8 +191,10 @@ fn assert_tiles_give(tiles: &amx::AmxTiles, xq: &mut Q8Rows, vnni: &[f32], n_out
 #[test]
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn tiles_equal_the_vnni_kernel() {
-    if !(amx::available() || amx::vnni_tiles()) {
-        eprintln!("no 512-bit VNNI here (or the kernel path turns tiles off): nothing to compare");
+    use candle_core::quantized::GgmlDType;
+    let isa = Isa::best();
+    if !isa.tiles() {
+        eprintln!("no 512-bit VNNI here: nothing to compare");
         return;
     }
     for (n_out, n_in, min) in
@@ -201,11 +204,11 @@ fn tiles_equal_the_vnni_kernel() {
             true => q4_1_bytes(n_out, n_in, 31),
             false => q4_0_bytes(n_out, n_in, 31),
         };
-        let q4 = Q4Matrix::from_ggml_bytes(&bytes, n_out, n_in, min).unwrap();
+        let q4 = Q4Matrix::from_ggml_bytes(&bytes, n_out, n_in, min, isa).unwrap();
         let tiles = q4.amx.as_ref().expect("a tile layout where 512-bit VNNI runs");
         for n_rows in [1, 2, 3, 5, 9, 16, 17, 33] {
             let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 32 + n_rows as u64), n_rows, n_in);
-            xq.fill_pairs_for_wide();
+            xq.fill_pairs_for_wide(isa);
             let mut vnni = vec![0f32; n_out * n_rows];
             // SAFETY: tiles exist only with the 512-bit VNNI kernels (AVX-512 VNNI, F, BW and VL).
             unsafe { q4.rows_vnni512(0..n_out, &xq, &mut vnni) };
@@ -214,13 +217,11 @@ fn tiles_equal_the_vnni_kernel() {
     }
     // Q4_K: the blocks' d and m from the super-blocks' scales, as the row kernel computes them.
     for (n_out, n_in) in [(32, 256), (48, 1536), (16, 512)] {
-        let q4k =
-            Q4Matrix::from_q4k_bytes(&ggml_bytes(n_out, n_in, 35, candle_core::quantized::GgmlDType::Q4K), n_out, n_in)
-                .unwrap();
+        let q4k = Q4Matrix::from_q4k_bytes(&ggml_bytes(n_out, n_in, 35, GgmlDType::Q4K), n_out, n_in, isa).unwrap();
         let tiles = q4k.amx.as_ref().expect("a tile layout for Q4_K where 512-bit VNNI runs");
         for n_rows in [1, 2, 3, 5, 9, 16, 17] {
             let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 36 + n_rows as u64), n_rows, n_in);
-            xq.fill_pairs_for_wide();
+            xq.fill_pairs_for_wide(isa);
             let mut vnni = vec![0f32; n_out * n_rows];
             // SAFETY: as above.
             unsafe { q4k.rows_vnni512(0..n_out, &xq, &mut vnni) };
@@ -228,22 +229,21 @@ fn tiles_equal_the_vnni_kernel() {
         }
     }
     // The 5-bit formats: the fifth bits from their own plane, read by `vpdpbusd` alone.
-    use candle_core::quantized::GgmlDType;
     for (n_out, n_in, dtype) in
         [(32, 256, GgmlDType::Q5K), (48, 1536, GgmlDType::Q5K), (64, 896, GgmlDType::Q5_0), (35, 480, GgmlDType::Q5_1)]
     {
         let bytes = ggml_bytes(n_out, n_in, 37, dtype);
         let q5 = match dtype {
-            GgmlDType::Q5K => Q4Matrix::from_q5k_bytes(&bytes, n_out, n_in),
-            GgmlDType::Q5_0 => Q4Matrix::from_blocks(&bytes, n_out, n_in, SmallBlocks::Q5_0),
-            _ => Q4Matrix::from_blocks(&bytes, n_out, n_in, SmallBlocks::Q5_1),
+            GgmlDType::Q5K => Q4Matrix::from_q5k_bytes(&bytes, n_out, n_in, isa),
+            GgmlDType::Q5_0 => Q4Matrix::from_blocks(&bytes, n_out, n_in, SmallBlocks::Q5_0, isa),
+            _ => Q4Matrix::from_blocks(&bytes, n_out, n_in, SmallBlocks::Q5_1, isa),
         }
         .unwrap();
         let tiles = q5.amx.as_ref().expect("a tile layout for the 5-bit formats where 512-bit VNNI runs");
         assert!(!tiles.takes_amx(16, n_in), "AMX does not read the fifth bits");
         for n_rows in [1, 2, 3, 5, 9, 16, 17] {
             let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 38 + n_rows as u64), n_rows, n_in);
-            xq.fill_pairs_for_wide();
+            xq.fill_pairs_for_wide(isa);
             let mut vnni = vec![0f32; n_out * n_rows];
             // SAFETY: as above.
             unsafe { q5.rows_vnni512(0..n_out, &xq, &mut vnni) };
@@ -253,18 +253,18 @@ fn tiles_equal_the_vnni_kernel() {
     // Stacked parts keep their tiles; a part with a partial group leaves the stack without.
     let parts: Vec<Q4Matrix> = [(32, 41), (16, 42)]
         .iter()
-        .map(|&(n, seed)| Q4Matrix::from_ggml_bytes(&q4_1_bytes(n, 576, seed), n, 576, true).unwrap())
+        .map(|&(n, seed)| Q4Matrix::from_ggml_bytes(&q4_1_bytes(n, 576, seed), n, 576, true, isa).unwrap())
         .collect();
     assert!(Q4Matrix::stack(&parts.iter().collect::<Vec<_>>()).unwrap().amx.is_some());
-    let odd = Q4Matrix::from_ggml_bytes(&q4_1_bytes(20, 576, 43), 20, 576, true).unwrap();
+    let odd = Q4Matrix::from_ggml_bytes(&q4_1_bytes(20, 576, 43), 20, 576, true, isa).unwrap();
     assert!(Q4Matrix::stack(&[&parts[0], &odd]).unwrap().amx.is_none());
     // Q8_0 the same way (signed tiles, no offset term).
     for (n_out, n_in) in [(64, 576), (48, 1536), (35, 480), (32, 64), (16, 32), (67, 192)] {
-        let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 33), n_out, n_in).unwrap();
+        let q8 = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 33), n_out, n_in, isa).unwrap();
         let tiles = q8.amx.as_ref().expect("a signed tile layout where 512-bit VNNI runs");
         for n_rows in [1, 2, 3, 5, 9, 16, 17, 33] {
             let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 34 + n_rows as u64), n_rows, n_in);
-            xq.fill_unsigned_for_vnni();
+            xq.fill_unsigned_for_vnni(isa);
             xq.fill_plain_unsigned();
             let mut vnni = vec![0f32; n_out * n_rows];
             // SAFETY: as above.
@@ -277,9 +277,9 @@ fn tiles_equal_the_vnni_kernel() {
 #[test]
 fn q8_block_sums_are_held_only_for_the_vnni_kernels_and_are_exact() {
     let (n_out, n_in) = (24, 576);
-    let m = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 41), n_out, n_in).unwrap();
+    let m = Q8Matrix::from_f32(&pseudo_random(n_out * n_in, 41), n_out, n_in, Isa::best()).unwrap();
     let nb = n_in / BLOCK;
-    match holds_block_sums() {
+    match m.isa().vnni() {
         false => assert!(m.wsum.is_empty(), "no kernel here reads the block sums"),
         true => {
             assert_eq!(m.wsum.len(), n_out * nb);
@@ -312,7 +312,7 @@ fn stacked_matrices_give_each_part_exactly() {
     let n_in = 576; // two interleaved groups of 8 blocks and two blocks after them
     let parts: Vec<Q8Matrix> = [(64, 11), (32, 12), (32, 13)]
         .iter()
-        .map(|&(n_out, seed)| Q8Matrix::from_f32(&pseudo_random(n_out * n_in, seed), n_out, n_in).unwrap())
+        .map(|&(n_out, seed)| Q8Matrix::from_f32(&pseudo_random(n_out * n_in, seed), n_out, n_in, Isa::best()).unwrap())
         .collect();
     let stacked = Q8Matrix::stack(&parts.iter().collect::<Vec<_>>()).unwrap();
     assert_eq!(stacked.n_out, 128);
@@ -327,7 +327,7 @@ fn stacked_matrices_give_each_part_exactly() {
         }
         offset += m.n_out;
     }
-    let other = Q8Matrix::from_f32(&pseudo_random(32 * 64, 15), 32, 64).unwrap();
+    let other = Q8Matrix::from_f32(&pseudo_random(32 * 64, 15), 32, 64, Isa::best()).unwrap();
     assert!(Q8Matrix::stack(&[&parts[0], &other]).is_none(), "different input widths cannot stack");
     assert!(Q8Matrix::stack(&[]).is_none());
 }
@@ -336,7 +336,7 @@ fn stacked_matrices_give_each_part_exactly() {
 fn simd_matches_portable_and_f32() {
     for (n_out, n_in) in [(70, 576), (30, 480), (12, 224)] {
         let w = pseudo_random(n_out * n_in, 3);
-        let m = Q8Matrix::from_f32(&w, n_out, n_in).unwrap();
+        let m = Q8Matrix::from_f32(&w, n_out, n_in, Isa::best()).unwrap();
         let n_rows = 9;
         let x = pseudo_random(n_rows * n_in, 4);
         let fast = m.matmul(&x, n_rows);
@@ -383,7 +383,7 @@ fn q4_kernels_match_candle_and_are_batch_exact() {
         let n_rows = 9;
         let x = pseudo_random(n_rows * n_in, 8);
         let (bytes, theirs) = candle_reference(&w, &x, n_out, n_in, n_rows, dtype);
-        let m = Q4Matrix::from_ggml_bytes(&bytes, n_out, n_in, min).unwrap();
+        let m = Q4Matrix::from_ggml_bytes(&bytes, n_out, n_in, min, Isa::best()).unwrap();
         let ours = m.matmul(&x, n_rows);
         let xq = quantize_rows(&x, n_rows, n_in);
         let mut portable = vec![0f32; n_out * n_rows];
@@ -403,7 +403,7 @@ fn q4_kernels_match_candle_and_are_batch_exact() {
                 assert!((a - p).abs() <= 1e-3 * (1.0 + p.abs()), "{dtype:?}: simd {a} vs portable {p}");
             }
         }
-        assert!(Q4Matrix::from_ggml_bytes(&bytes[..bytes.len() - 1], n_out, n_in, min).is_none());
+        assert!(Q4Matrix::from_ggml_bytes(&bytes[..bytes.len() - 1], n_out, n_in, min, Isa::best()).is_none());
     }
 }
 
@@ -444,7 +444,7 @@ fn ggml_bytes_round_trip() {
     let t = candle_core::Tensor::from_vec(w.clone(), (n_out, n_in), &candle_core::Device::Cpu).unwrap();
     let qt = candle_core::quantized::QTensor::quantize(&t, candle_core::quantized::GgmlDType::Q8_0).unwrap();
     let bytes = qt.data().unwrap().into_owned();
-    let from_bytes = Q8Matrix::from_ggml_bytes(&bytes, n_out, n_in).unwrap();
+    let from_bytes = Q8Matrix::from_ggml_bytes(&bytes, n_out, n_in, Isa::best()).unwrap();
     let x = pseudo_random(n_in, 6);
     let ours = from_bytes.matmul(&x, 1);
     let theirs = candle_core::Module::forward(
@@ -457,7 +457,7 @@ fn ggml_bytes_round_trip() {
     for (a, b) in ours.iter().zip(&theirs[0]) {
         assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "ours {a} vs candle {b}");
     }
-    assert!(Q8Matrix::from_ggml_bytes(&bytes[1..], n_out, n_in).is_none());
+    assert!(Q8Matrix::from_ggml_bytes(&bytes[1..], n_out, n_in, Isa::best()).is_none());
 }
 
 /// A 4-bit matrix that keeps only its tile layout (as the model's layers do) gives the full
@@ -466,7 +466,7 @@ fn ggml_bytes_round_trip() {
 #[test]
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn a_matrix_without_its_row_layout_gives_the_same_results() {
-    if !(amx::available() || amx::vnni_tiles()) {
+    if !Isa::best().tiles() {
         eprintln!("no tile layout here: nothing to drop");
         return;
     }
@@ -480,10 +480,10 @@ fn a_matrix_without_its_row_layout_gives_the_same_results() {
     ] {
         let bytes = ggml_bytes(n_out, n_in, 51, dtype);
         let full = match dtype {
-            GgmlDType::Q4K => Q4Matrix::from_q4k_bytes(&bytes, n_out, n_in),
-            GgmlDType::Q5K => Q4Matrix::from_q5k_bytes(&bytes, n_out, n_in),
-            GgmlDType::Q5_0 => Q4Matrix::from_blocks(&bytes, n_out, n_in, SmallBlocks::Q5_0),
-            _ => Q4Matrix::from_ggml_bytes(&bytes, n_out, n_in, dtype == GgmlDType::Q4_1),
+            GgmlDType::Q4K => Q4Matrix::from_q4k_bytes(&bytes, n_out, n_in, Isa::best()),
+            GgmlDType::Q5K => Q4Matrix::from_q5k_bytes(&bytes, n_out, n_in, Isa::best()),
+            GgmlDType::Q5_0 => Q4Matrix::from_blocks(&bytes, n_out, n_in, SmallBlocks::Q5_0, Isa::best()),
+            _ => Q4Matrix::from_ggml_bytes(&bytes, n_out, n_in, dtype == GgmlDType::Q4_1, Isa::best()),
         }
         .unwrap();
         let mut compact = full.clone();
@@ -498,9 +498,9 @@ fn a_matrix_without_its_row_layout_gives_the_same_results() {
             GgmlDType::Q4_0 => Q4File::Blocks(SmallBlocks::Q4_0),
             _ => Q4File::Blocks(SmallBlocks::Q4_1),
         };
-        let loaded = Q4Matrix::from_file(&bytes, n_out, n_in, format, false).unwrap();
+        let loaded = Q4Matrix::from_file(&bytes, n_out, n_in, format, false, Isa::best()).unwrap();
         assert!(loaded.tiles_only() && loaded.bytes() == compact.bytes());
-        assert!(!Q4Matrix::from_file(&bytes, n_out, n_in, format, true).unwrap().tiles_only());
+        assert!(!Q4Matrix::from_file(&bytes, n_out, n_in, format, true, Isa::best()).unwrap().tiles_only());
         let stacked = Q4Matrix::stack(&[&loaded, &compact]).unwrap();
         assert!(stacked.tiles_only());
         assert!(Q4Matrix::stack(&[&loaded, &full]).is_none(), "tiles alone beside rows do not stack");
@@ -530,7 +530,7 @@ fn a_matrix_without_its_row_layout_gives_the_same_results() {
         assert!(compact.select_rows(&[0, 1]).is_none());
     }
     // A matrix with a partial group keeps its row layout.
-    let mut odd = Q4Matrix::from_ggml_bytes(&q4_1_bytes(20, 576, 54), 20, 576, true).unwrap();
+    let mut odd = Q4Matrix::from_ggml_bytes(&q4_1_bytes(20, 576, 54), 20, 576, true, Isa::best()).unwrap();
     odd.drop_row_layout();
     assert!(!odd.tiles_only());
 }
@@ -543,10 +543,10 @@ fn a_q8_matrix_in_tiles_alone_gives_the_same_results() {
     use candle_core::quantized::GgmlDType;
     let (n_out, n_in) = (48, 576);
     let bytes = ggml_bytes(n_out, n_in, 55, GgmlDType::Q8_0);
-    let full = Q8Matrix::from_ggml_bytes(&bytes, n_out, n_in).unwrap();
-    let loaded = Q8Matrix::from_file(&bytes, n_out, n_in, false).unwrap();
+    let full = Q8Matrix::from_ggml_bytes(&bytes, n_out, n_in, Isa::best()).unwrap();
+    let loaded = Q8Matrix::from_file(&bytes, n_out, n_in, false, Isa::best()).unwrap();
     assert!(!full.tiles_only());
-    if !(amx::available() || amx::vnni_tiles()) {
+    if !Isa::best().tiles() {
         eprintln!("no tile layout here: the rows are kept");
         assert!(!loaded.tiles_only());
         return;
@@ -586,5 +586,5 @@ fn a_q8_matrix_in_tiles_alone_gives_the_same_results() {
     }
     // A partial group of outputs keeps the rows.
     let odd = ggml_bytes(20, n_in, 59, GgmlDType::Q8_0);
-    assert!(!Q8Matrix::from_file(&odd, 20, n_in, false).unwrap().tiles_only());
+    assert!(!Q8Matrix::from_file(&odd, 20, n_in, false, Isa::best()).unwrap().tiles_only());
 }

@@ -54,7 +54,7 @@ fn small_matrices(n_out: usize, n_in: usize, seed: u64) -> Vec<KMatrix> {
         .enumerate()
         .map(|(i, (name, dtype, format))| {
             let (bytes, w) = quantized(n_out, n_in, dtype, seed + i as u64);
-            let m = std::sync::Arc::new(Q4Matrix::from_blocks(&bytes, n_out, n_in, format).unwrap());
+            let m = std::sync::Arc::new(Q4Matrix::from_blocks(&bytes, n_out, n_in, format, Isa::best()).unwrap());
             let (a, b) = (m.clone(), m.clone());
             (
                 name,
@@ -69,11 +69,11 @@ fn small_matrices(n_out: usize, n_in: usize, seed: u64) -> Vec<KMatrix> {
 
 fn super_block_matrices(n_out: usize, n_in: usize, seed: u64) -> Vec<KMatrix> {
     let (b4, w4) = quantized(n_out, n_in, GgmlDType::Q4K, seed);
-    let q4 = std::sync::Arc::new(Q4Matrix::from_q4k_bytes(&b4, n_out, n_in).unwrap());
+    let q4 = std::sync::Arc::new(Q4Matrix::from_q4k_bytes(&b4, n_out, n_in, Isa::best()).unwrap());
     let (b6, w6) = quantized(n_out, n_in, GgmlDType::Q6K, seed + 1);
-    let q6 = std::sync::Arc::new(Q6Matrix::from_q6k_bytes(&b6, n_out, n_in).unwrap());
+    let q6 = std::sync::Arc::new(Q6Matrix::from_q6k_bytes(&b6, n_out, n_in, Isa::best()).unwrap());
     let (b5, w5) = quantized(n_out, n_in, GgmlDType::Q5K, seed + 2);
-    let q5 = std::sync::Arc::new(Q4Matrix::from_q5k_bytes(&b5, n_out, n_in).unwrap());
+    let q5 = std::sync::Arc::new(Q4Matrix::from_q5k_bytes(&b5, n_out, n_in, Isa::best()).unwrap());
     let (q4a, q4b, q6a, q6b, q5a, q5b) = (q4.clone(), q4.clone(), q6.clone(), q6.clone(), q5.clone(), q5.clone());
     vec![
         (
@@ -154,18 +154,18 @@ fn k_kernels_match_f32_and_portable_and_are_batch_exact() {
 #[test]
 #[cfg(target_arch = "x86_64")]
 fn q6_vnni_equals_avx2() {
-    if !use_vnni() {
-        eprintln!("no AVX-512 VNNI on this CPU (or the avx2 kernel path): nothing to compare");
+    if !Isa::best().vnni() {
+        eprintln!("no AVX-512 VNNI on this CPU: nothing to compare");
         return;
     }
     for (n_out, n_in) in SHAPES.into_iter().filter(|&(_, n_in)| n_in.is_multiple_of(QK_K)) {
         let (bytes, _) = quantized(n_out, n_in, GgmlDType::Q6K, 21);
-        let m = Q6Matrix::from_q6k_bytes(&bytes, n_out, n_in).unwrap();
+        let m = Q6Matrix::from_q6k_bytes(&bytes, n_out, n_in, Isa::best()).unwrap();
         for n_rows in [1, 2, 3, 5, 6, 9] {
             let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 22 + n_rows as u64), n_rows, n_in);
             xq.fill_half_sums();
             let run = |f: &dyn Fn(&mut [f32])| output_bits(n_out * n_rows, f);
-            // SAFETY: `use_vnni` checked AVX-512 VNNI and VL, which imply AVX2 and FMA here.
+            // SAFETY: `Isa::best` has AVX-512 VNNI and VL, which imply AVX2 and FMA here.
             unsafe {
                 assert_eq!(
                     run(&|o| m.rows_vnni(0..n_out, &xq, o)),
@@ -183,14 +183,17 @@ fn q6_vnni_equals_avx2() {
 #[test]
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn q6_tiles_equal_the_row_kernel() {
-    if !amx::vnni_tiles() {
+    if !Isa::best().tiles() {
         eprintln!("no 512-bit VNNI here (or the kernel path turns tiles off): nothing to compare");
-        assert!(Q6Matrix::from_q6k_bytes(&quantized(32, 256, GgmlDType::Q6K, 23).0, 32, 256).unwrap().tiles.is_none());
+        assert!(Q6Matrix::from_q6k_bytes(&quantized(32, 256, GgmlDType::Q6K, 23).0, 32, 256, Isa::best())
+            .unwrap()
+            .tiles
+            .is_none());
         return;
     }
     for (n_out, n_in) in [(32, 256), (48, 1536), (35, 768), (16, 512), (67, 256)] {
         let (bytes, _) = quantized(n_out, n_in, GgmlDType::Q6K, 24);
-        let m = Q6Matrix::read(&bytes, n_out, n_in, true).unwrap();
+        let m = Q6Matrix::read(&bytes, n_out, n_in, true, Isa::best()).unwrap();
         let tiles = m.tiles.as_ref().expect("a tile layout where 512-bit VNNI runs");
         assert_eq!(tiles.covers(n_out), n_out % 16 == 0);
         for n_rows in [1, 2, 3, 4, 5, 9, 16, 17, 33] {
@@ -230,11 +233,11 @@ fn q6_tiles_equal_the_row_kernel() {
 fn a_q6_matrix_without_its_row_layout_gives_the_same_results() {
     let (n_out, n_in) = (48, 768);
     let bytes = quantized(n_out, n_in, GgmlDType::Q6K, 26).0;
-    let full = Q6Matrix::read(&bytes, n_out, n_in, true).unwrap();
+    let full = Q6Matrix::read(&bytes, n_out, n_in, true, Isa::best()).unwrap();
     let mut compact = full.clone();
     compact.drop_row_layout();
     // Read straight into the tiles, as a model loads it.
-    let loaded = Q6Matrix::from_q6k_bytes(&bytes, n_out, n_in).unwrap();
+    let loaded = Q6Matrix::from_q6k_bytes(&bytes, n_out, n_in, Isa::best()).unwrap();
     assert_eq!(loaded.tiles_only(), full.tiles.is_some());
     if full.tiles.is_none() {
         eprintln!("no tile layout here: nothing to drop");
@@ -263,7 +266,7 @@ fn a_q6_matrix_without_its_row_layout_gives_the_same_results() {
     assert_eq!(from_rows.matmul(&x, 4), from_tiles.matmul(&x, 4), "rows selected from the tiles");
     assert!(compact.select_rows(&[48]).is_none());
     // Stacks: of tiles alone, and of tiles beside rows (a part with a partial group).
-    let odd = Q6Matrix::from_q6k_bytes(&quantized(20, n_in, GgmlDType::Q6K, 31).0, 20, n_in).unwrap();
+    let odd = Q6Matrix::from_q6k_bytes(&quantized(20, n_in, GgmlDType::Q6K, 31).0, 20, n_in, Isa::best()).unwrap();
     let x = pseudo_random(3 * n_in, 32);
     let (a, c) = (full.matmul(&x, 3), odd.matmul(&x, 3));
     for (parts, tiles_only) in [(vec![&compact, &loaded], true), (vec![&compact, &odd, &full], false)] {
@@ -279,7 +282,7 @@ fn a_q6_matrix_without_its_row_layout_gives_the_same_results() {
             assert_eq!(&y[(r + 1) * n - n_out..(r + 1) * n], &a[r * n_out..(r + 1) * n_out]);
         }
     }
-    let mut odd = Q6Matrix::from_q6k_bytes(&quantized(20, 256, GgmlDType::Q6K, 30).0, 20, 256).unwrap();
+    let mut odd = Q6Matrix::from_q6k_bytes(&quantized(20, 256, GgmlDType::Q6K, 30).0, 20, 256, Isa::best()).unwrap();
     odd.drop_row_layout();
     assert!(!odd.tiles_only());
 }
@@ -290,7 +293,9 @@ fn q6_stack_and_select_rows_keep_results() {
     let (n_in, n_rows) = (512, 3);
     let parts: Vec<Q6Matrix> = [(16, 31), (8, 32)]
         .iter()
-        .map(|&(n, seed)| Q6Matrix::from_q6k_bytes(&quantized(n, n_in, GgmlDType::Q6K, seed).0, n, n_in).unwrap())
+        .map(|&(n, seed)| {
+            Q6Matrix::from_q6k_bytes(&quantized(n, n_in, GgmlDType::Q6K, seed).0, n, n_in, Isa::best()).unwrap()
+        })
         .collect();
     let x = pseudo_random(n_rows * n_in, 33);
     let stacked = Q6Matrix::stack(&parts.iter().collect::<Vec<_>>()).unwrap().matmul(&x, n_rows);
@@ -309,22 +314,22 @@ fn q6_stack_and_select_rows_keep_results() {
 fn k_matrices_refuse_bytes_of_the_wrong_size() {
     let (b4, _) = quantized(4, 256, GgmlDType::Q4K, 41);
     let (b6, _) = quantized(4, 256, GgmlDType::Q6K, 42);
-    assert!(Q4Matrix::from_q4k_bytes(&b4[..b4.len() - 1], 4, 256).is_none());
-    assert!(Q4Matrix::from_q4k_bytes(&b4, 4, 128).is_none());
-    assert!(Q4Matrix::from_q4k_bytes(&b4, usize::MAX, 256).is_none());
-    assert!(Q6Matrix::from_q6k_bytes(&b6[..b6.len() - 1], 4, 256).is_none());
-    assert!(Q6Matrix::from_q6k_bytes(&b6, 8, 128).is_none());
-    assert!(Q6Matrix::from_q6k_bytes(&b6, 4, 0).is_none());
-    assert!(Q6Matrix::from_q6k_bytes(&b6, usize::MAX / 2, 256).is_none());
+    assert!(Q4Matrix::from_q4k_bytes(&b4[..b4.len() - 1], 4, 256, Isa::best()).is_none());
+    assert!(Q4Matrix::from_q4k_bytes(&b4, 4, 128, Isa::best()).is_none());
+    assert!(Q4Matrix::from_q4k_bytes(&b4, usize::MAX, 256, Isa::best()).is_none());
+    assert!(Q6Matrix::from_q6k_bytes(&b6[..b6.len() - 1], 4, 256, Isa::best()).is_none());
+    assert!(Q6Matrix::from_q6k_bytes(&b6, 8, 128, Isa::best()).is_none());
+    assert!(Q6Matrix::from_q6k_bytes(&b6, 4, 0, Isa::best()).is_none());
+    assert!(Q6Matrix::from_q6k_bytes(&b6, usize::MAX / 2, 256, Isa::best()).is_none());
     let (b5, _) = quantized(4, 256, GgmlDType::Q5K, 43);
-    assert!(Q4Matrix::from_q5k_bytes(&b5[..b5.len() - 1], 4, 256).is_none());
-    assert!(Q4Matrix::from_q5k_bytes(&b4, 4, 256).is_none(), "Q4_K bytes are too few for Q5_K");
-    assert!(Q4Matrix::from_q5k_bytes(&b5, 4, 0).is_none());
+    assert!(Q4Matrix::from_q5k_bytes(&b5[..b5.len() - 1], 4, 256, Isa::best()).is_none());
+    assert!(Q4Matrix::from_q5k_bytes(&b4, 4, 256, Isa::best()).is_none(), "Q4_K bytes are too few for Q5_K");
+    assert!(Q4Matrix::from_q5k_bytes(&b5, 4, 0, Isa::best()).is_none());
     let (b50, _) = quantized(4, 96, GgmlDType::Q5_0, 44);
-    assert!(Q4Matrix::from_blocks(&b50[..b50.len() - 1], 4, 96, SmallBlocks::Q5_0).is_none());
-    assert!(Q4Matrix::from_blocks(&b50, 4, 96, SmallBlocks::Q5_1).is_none());
-    assert!(Q4Matrix::from_blocks(&b50, 4, 100, SmallBlocks::Q5_0).is_none());
-    assert!(Q4Matrix::from_blocks(&b50, usize::MAX / 2, 96, SmallBlocks::Q5_0).is_none());
+    assert!(Q4Matrix::from_blocks(&b50[..b50.len() - 1], 4, 96, SmallBlocks::Q5_0, Isa::best()).is_none());
+    assert!(Q4Matrix::from_blocks(&b50, 4, 96, SmallBlocks::Q5_1, Isa::best()).is_none());
+    assert!(Q4Matrix::from_blocks(&b50, 4, 100, SmallBlocks::Q5_0, Isa::best()).is_none());
+    assert!(Q4Matrix::from_blocks(&b50, usize::MAX / 2, 96, SmallBlocks::Q5_0, Isa::best()).is_none());
 }
 
 /// Where the CPU has AVX-512 VNNI, the 5-bit kernels on 256- and 512-bit VNNI give the AVX2
@@ -332,30 +337,34 @@ fn k_matrices_refuse_bytes_of_the_wrong_size() {
 #[test]
 #[cfg(target_arch = "x86_64")]
 fn five_bit_vnni_kernels_equal_the_avx2_one() {
-    if !use_vnni() {
-        eprintln!("no AVX-512 VNNI on this CPU (or the avx2 kernel path): nothing to compare");
+    let best = Isa::best();
+    if !best.vnni() {
+        eprintln!("no AVX-512 VNNI on this CPU: nothing to compare");
         return;
     }
     for (n_out, n_in) in SHAPES {
         let mut ms = vec![(
             "q5_0",
-            Q4Matrix::from_blocks(&quantized(n_out, n_in, GgmlDType::Q5_0, 61).0, n_out, n_in, SmallBlocks::Q5_0),
+            Q4Matrix::from_blocks(&quantized(n_out, n_in, GgmlDType::Q5_0, 61).0, n_out, n_in, SmallBlocks::Q5_0, best),
         )];
         if n_in.is_multiple_of(QK_K) {
-            ms.push(("q5_k", Q4Matrix::from_q5k_bytes(&quantized(n_out, n_in, GgmlDType::Q5K, 62).0, n_out, n_in)));
+            ms.push((
+                "q5_k",
+                Q4Matrix::from_q5k_bytes(&quantized(n_out, n_in, GgmlDType::Q5K, 62).0, n_out, n_in, best),
+            ));
         }
         for (name, m) in ms {
             let m = m.unwrap();
             for n_rows in [1, 2, 3, 5, 6, 9, 17] {
                 let mut xq = quantize_rows(&pseudo_random(n_rows * n_in, 63 + n_rows as u64), n_rows, n_in);
-                xq.fill_pairs_for_wide();
+                xq.fill_pairs_for_wide(best);
                 let run = |f: &dyn Fn(&mut [f32])| output_bits(n_out * n_rows, f);
-                // SAFETY: `use_vnni` checked AVX-512 VNNI and VL, which imply AVX2 and FMA here;
-                // the 512-bit path runs only where `use_vnni512` found AVX-512 F and BW too.
+                // SAFETY: `best` has AVX-512 VNNI and VL, which imply AVX2 and FMA here; the
+                // 512-bit path runs only where it has AVX-512 F and BW too.
                 unsafe {
                     let avx2 = run(&|o| m.rows_avx2_impl(0..n_out, &xq, o));
                     assert_eq!(run(&|o| m.rows_vnni(0..n_out, &xq, o)), avx2, "{name} {n_out}x{n_in}, {n_rows} rows");
-                    if use_vnni512() {
+                    if best.vnni512() {
                         assert_eq!(run(&|o| m.rows_vnni512(0..n_out, &xq, o)), avx2, "{name} 512-bit {n_out}x{n_in}");
                     }
                 }
@@ -369,8 +378,8 @@ fn five_bit_vnni_kernels_equal_the_avx2_one() {
 #[test]
 fn four_and_five_bit_parts_stack_and_select_rows() {
     let (n_in, n_rows) = (512, 3);
-    let q4 = Q4Matrix::from_q4k_bytes(&quantized(16, n_in, GgmlDType::Q4K, 71).0, 16, n_in).unwrap();
-    let q5 = Q4Matrix::from_q5k_bytes(&quantized(8, n_in, GgmlDType::Q5K, 72).0, 8, n_in).unwrap();
+    let q4 = Q4Matrix::from_q4k_bytes(&quantized(16, n_in, GgmlDType::Q4K, 71).0, 16, n_in, Isa::best()).unwrap();
+    let q5 = Q4Matrix::from_q5k_bytes(&quantized(8, n_in, GgmlDType::Q5K, 72).0, 8, n_in, Isa::best()).unwrap();
     let x = pseudo_random(n_rows * n_in, 73);
     let stacked = Q4Matrix::stack(&[&q4, &q5]).unwrap();
     assert!(stacked.is_five_bit());
@@ -394,7 +403,8 @@ fn fifth_bit_planes_round_trip() {
         rows.pack(0, &q);
         let (nibbles, high) = rows.finish();
         assert_eq!(high.len(), high_row_bytes(n_in));
-        let m = Q4Matrix { n_out: 1, n_in, scales: Scales::Block { d: vec![], m: vec![] }, nibbles, high, amx: None };
+        let scales = Scales::Block { d: vec![], m: vec![] };
+        let m = Q4Matrix { n_out: 1, n_in, scales, nibbles, high, amx: None, isa: Isa::best() };
         assert_eq!(m.quants_row(0), q, "n_in {n_in}");
     }
 }
@@ -406,7 +416,9 @@ fn q4k_stack_and_select_rows_keep_results() {
     let (n_in, n_rows) = (512, 3);
     let parts: Vec<Q4Matrix> = [(16, 51), (8, 52)]
         .iter()
-        .map(|&(n, seed)| Q4Matrix::from_q4k_bytes(&quantized(n, n_in, GgmlDType::Q4K, seed).0, n, n_in).unwrap())
+        .map(|&(n, seed)| {
+            Q4Matrix::from_q4k_bytes(&quantized(n, n_in, GgmlDType::Q4K, seed).0, n, n_in, Isa::best()).unwrap()
+        })
         .collect();
     let x = pseudo_random(n_rows * n_in, 53);
     let stacked = Q4Matrix::stack(&parts.iter().collect::<Vec<_>>()).unwrap().matmul(&x, n_rows);
@@ -419,6 +431,6 @@ fn q4k_stack_and_select_rows_keep_results() {
     }
     assert!(parts[1].select_rows(&[8]).is_none());
     let (q4_1, _) = quantized(8, n_in, GgmlDType::Q4_1, 54);
-    let other = Q4Matrix::from_ggml_bytes(&q4_1, 8, n_in, true).unwrap();
+    let other = Q4Matrix::from_ggml_bytes(&q4_1, 8, n_in, true, Isa::best()).unwrap();
     assert!(Q4Matrix::stack(&[&parts[0], &other]).is_none());
 }

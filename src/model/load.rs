@@ -2,7 +2,7 @@
 //! project's kernels), the CPU step's model, the restricted head, the RoPE tables.
 
 use super::*;
-use crate::kernels::{Q4File, SmallBlocks};
+use crate::kernels::{Isa, Q4File, SmallBlocks};
 use crate::options::EngineOptions;
 
 /// candle has SIMD dot products for these on x86 (AVX2) and Apple Silicon (NEON); other formats
@@ -194,6 +194,8 @@ struct WeightPlan<'d> {
     /// The format every matrix is converted to (`None`: kept as in the file).
     target_dtype: Option<GgmlDType>,
     batched: bool,
+    /// The instruction sets the kernels' matrices are built for: the options' kernel path.
+    isa: Isa,
     device: &'d Device,
     /// How each matrix loaded so far is held, with how many: "Q6_K, batched kernel".
     held: std::cell::RefCell<Vec<(String, usize)>>,
@@ -211,7 +213,8 @@ impl<'d> WeightPlan<'d> {
             WeightFormat::F16 => Some(GgmlDType::F16),
             WeightFormat::F32 => Some(GgmlDType::F32),
         };
-        WeightPlan { format, file_dtype, target_dtype, batched, device, held: Default::default() }
+        let isa = Isa::for_path(options.kernel);
+        WeightPlan { format, file_dtype, target_dtype, batched, isa, device, held: Default::default() }
     }
 
     /// The plan in words, for `models`, `cost` and the app: the main format and whether the
@@ -271,13 +274,14 @@ impl<'d> WeightPlan<'d> {
         let w = convert_matrix(qt, target, self.device)?;
         let w = match w {
             QMatMul::QTensor(ref q) if self.batched && q.shape().rank() == 2 => {
-                let (n_out, n_in) = (q.shape().dims()[0], q.shape().dims()[1]);
+                let (n_out, n_in, isa) = (q.shape().dims()[0], q.shape().dims()[1], self.isa);
                 let q4 = |format: Q4File| -> Result<Option<Weights>> {
-                    Ok(Q4Matrix::from_file(&q.data()?, n_out, n_in, format, rows).map(|m| Weights::BatchedQ4(m.into())))
+                    let m = Q4Matrix::from_file(&q.data()?, n_out, n_in, format, rows, isa);
+                    Ok(m.map(|m| Weights::BatchedQ4(m.into())))
                 };
                 let packed = match q.dtype() {
                     GgmlDType::Q8_0 => {
-                        Q8Matrix::from_file(&q.data()?, n_out, n_in, false).map(|m| Weights::BatchedQ8(m.into()))
+                        Q8Matrix::from_file(&q.data()?, n_out, n_in, false, isa).map(|m| Weights::BatchedQ8(m.into()))
                     }
                     GgmlDType::Q4_1 => q4(Q4File::Blocks(SmallBlocks::Q4_1))?,
                     GgmlDType::Q4_0 => q4(Q4File::Blocks(SmallBlocks::Q4_0))?,
@@ -286,7 +290,7 @@ impl<'d> WeightPlan<'d> {
                     GgmlDType::Q4K => q4(Q4File::Q4K)?,
                     GgmlDType::Q5K => q4(Q4File::Q5K)?,
                     GgmlDType::Q6K => {
-                        Q6Matrix::from_q6k_bytes(&q.data()?, n_out, n_in).map(|m| Weights::BatchedQ6(m.into()))
+                        Q6Matrix::from_q6k_bytes(&q.data()?, n_out, n_in, isa).map(|m| Weights::BatchedQ6(m.into()))
                     }
                     _ => None,
                 };
@@ -412,7 +416,37 @@ impl TensorReader<'_> {
     }
 }
 
+impl Linear {
+    /// The instruction sets its kernel matrix was built for (`None` where candle runs it).
+    fn isa(&self) -> Option<Isa> {
+        match &self.w {
+            Weights::BatchedQ8(m) => Some(m.isa()),
+            Weights::BatchedQ4(m) => Some(m.isa()),
+            Weights::BatchedQ6(m) => Some(m.isa()),
+            Weights::Candle(_) => None,
+        }
+    }
+}
+
 impl Transformer {
+    /// The instruction sets the project's kernels run this model with: the one every matrix of
+    /// its layers and head was built for (`None` where candle runs any of them, or where they
+    /// differ, which a load never does).
+    pub fn kernel_isa(&self) -> Option<Isa> {
+        let mut linears: Vec<&Linear> = self.head.iter().collect();
+        for layer in &self.layers {
+            for p in [&layer.qkv, &layer.gate_up] {
+                match p {
+                    Projections::Fused { linear, .. } => linears.push(linear),
+                    Projections::Separate(parts) => linears.extend(parts),
+                }
+            }
+            linears.extend([&layer.wo, &layer.w_down]);
+        }
+        let first = linears.first()?.isa();
+        linears.iter().all(|l| l.isa() == first).then_some(first).flatten()
+    }
+
     /// Restrict a draft's head to `tokens` (a list from beside its file, see
     /// [`crate::head_tokens`]) where its file lists none; `on` says whether the restriction is in
     /// use (then for good: the full head's memory is freed). Returns whether a restricted head was
@@ -439,9 +473,9 @@ impl Transformer {
         Self::load_with(file, format, device, &crate::options::current())
     }
 
-    /// Load with `options` choosing the paths: batched kernels or candle's matmul, the CPU step or
-    /// the tensor path, the restricted or full draft head. (The kernels' instruction set is the
-    /// process's, fixed at its first use.)
+    /// Load with `options` choosing the paths: batched kernels or candle's matmul and the kernels'
+    /// instruction sets ([`Isa::for_path`] of its kernel path, which every matrix records), the
+    /// CPU step or the tensor path, the restricted or full draft head.
     pub fn load_with(
         file: &ModelFile,
         format: WeightFormat,
