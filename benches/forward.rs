@@ -7,7 +7,7 @@
 //!   and 1024 keys: one pass for the three (`together`) against one head at a time (`alone`);
 //! * one forward of the default target and of the shipped draft over k new tokens after a 64-token
 //!   context, for k = 1, 2, 4, 8, 9, 16 (verification of k − 1 drafted tokens costs the k-token
-//!   forward), with the tensor-free CPU step and with the tensor path.
+//!   forward), with the CPU step and with the tensor path.
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
@@ -125,11 +125,11 @@ fn forward_k(c: &mut Criterion) {
         runs.push(("draft_forward_k", draft.clone(), WeightFormat::Auto, true, "auto"));
         runs.push(("draft_forward_k", draft, WeightFormat::Auto, false, "auto_tensor_path"));
     }
-    for (group_name, path, format, native, label) in runs {
+    for (group_name, path, format, cpu_step, label) in runs {
         let mut group = c.benchmark_group(group_name);
         group.sample_size(20);
         let mut m = load_model(&path, format, &Device::Cpu).unwrap();
-        m.model.set_native_step(native).unwrap();
+        m.model.set_cpu_step(cpu_step).unwrap();
         let ctx: Vec<u32> = (0..64).map(|i| 1000 + i).collect();
         m.model.forward(&ctx).unwrap();
         for k in [1usize, 2, 4, 8, 9, 16] {

@@ -45,7 +45,7 @@ pub struct ModelArgs {
     /// (default: auto, or $MENTOR_LAB_KERNEL).
     #[arg(long)]
     pub kernel: Option<KernelPath>,
-    /// Decode steps on the tensor path instead of the tensor-free CPU step (or $MENTOR_LAB_NATIVE=0).
+    /// Decode steps on the tensor path instead of the CPU step (or $MENTOR_LAB_CPU_STEP=0).
     #[arg(long)]
     pub no_cpu_step: bool,
     /// The independent draft's full output head instead of its restricted one (or

@@ -11,11 +11,11 @@
 pub mod adaptive;
 #[cfg(feature = "app")]
 pub mod app;
-mod cpu_forward;
+mod cpu_step;
 mod embedding;
 /// The CPU attention kernels, public for `cargo bench`.
 pub mod attention {
-    pub use crate::cpu_forward::{head_attend, head_attend_rows, heads_attend, heads_attend_rows, KvRows};
+    pub use crate::cpu_step::{head_attend, head_attend_rows, heads_attend, heads_attend_rows, KvRows};
 }
 pub mod engine;
 pub mod error;

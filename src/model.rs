@@ -5,7 +5,7 @@
 //! One model file covers the `llama` and `qwen2` GGUF architectures; they differ only in attention
 //! biases (qwen2) and in which dimensions RoPE pairs up (see [`crate::gguf::Arch`]).
 
-use crate::cpu_forward::{self, CpuModel};
+use crate::cpu_step::{self, CpuModel};
 use crate::embedding::Embedding;
 use crate::error::{EngineError, Result};
 use crate::gguf::{dtype_name, Arch, ModelConfig, ModelFile};
@@ -249,18 +249,18 @@ pub struct Transformer {
     n_cached: usize,
     /// Human-readable weight format actually used, e.g. "Q8_0 (from Q4_1)".
     pub weight_desc: String,
-    /// The same model for the tensor-free CPU step, when every matrix runs through our kernels.
+    /// The same model for the CPU step, when every matrix runs through our kernels.
     cpu: Option<CpuModel>,
     /// Whether `forward` uses `cpu` (on by default where it exists).
-    native: bool,
+    cpu_step: bool,
     /// The output head restricted to the tokens the file lists (`mentor_lab.head_tokens`), with
     /// our kernels only; used while `restrict_head` is on.
-    small_head: Option<cpu_forward::SmallHead>,
+    small_head: Option<cpu_step::SmallHead>,
     restrict_head: bool,
     /// Set for a feature draft (a model that reads its target's hidden states).
     feature_spec: Option<crate::gguf::FeatureDraftSpec>,
     /// A feature draft's input layers, where our kernels run them.
-    features: Option<cpu_forward::FeatureInput>,
+    features: Option<cpu_step::FeatureInput>,
     /// The tokens the file restricts the output head to.
     head_tokens: Option<Vec<u32>>,
     /// The head matrix whose embedding and rows a feature draft borrowed (its address, to tell
@@ -286,7 +286,7 @@ impl LazyLogits {
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
-    /// The final hidden states `(n, n_embd)` of the forward's rows, where the tensor-free step ran
+    /// The final hidden states `(n, n_embd)` of the forward's rows, where the CPU step ran
     /// it (empty otherwise).
     pub fn hidden(&self) -> &[f32] {
         &self.hidden
@@ -344,7 +344,7 @@ impl Transformer {
     pub fn clear(&mut self) -> Result<()> {
         self.n_cached = 0;
         self.tree = None;
-        if self.cache.is_empty() && !self.native {
+        if self.cache.is_empty() && !self.cpu_step {
             self.allocate_cache(INITIAL_CACHE.min(self.max_context()))?;
         }
         Ok(())
@@ -384,25 +384,25 @@ impl Transformer {
     /// Run `tokens` at positions `n_cached .. n_cached + tokens.len()` and return their logits,
     /// one row per token: `(n_new, n_vocab)`.
     pub fn forward(&mut self, tokens: &[u32]) -> Result<Tensor> {
-        if self.device.is_cpu() && !self.native && rayon::current_thread_index().is_none() {
+        if self.device.is_cpu() && !self.cpu_step && rayon::current_thread_index().is_none() {
             // The tensor path runs the whole step on a pool thread: the kernels' parallel sections
             // then share the caller's thread instead of waking two workers while the caller sleeps
             // (with as many workers as cores, the caller otherwise competes with the spinning
-            // workers). The tensor-free step runs its sections on `crate::team` from this thread.
+            // workers). The CPU step runs its sections on `crate::team` from this thread.
             return rayon::scope(|_| self.forward_impl(tokens, None));
         }
         self.forward_impl(tokens, None)
     }
 
-    /// Whether steps run tensor-free on the CPU ([`crate::cpu_forward`]).
-    pub fn native_step(&self) -> bool {
-        self.native
+    /// Whether decode steps run the CPU step ([`crate::cpu_step`]).
+    pub fn cpu_step(&self) -> bool {
+        self.cpu_step
     }
 
-    /// Switch between the tensor-free CPU step and the tensor path (where both exist); forgets the
+    /// Switch between the CPU step and the tensor path (where both exist); forgets the
     /// cache. For comparing the two.
-    pub fn set_native_step(&mut self, on: bool) -> Result<()> {
-        self.native = on && self.cpu.is_some();
+    pub fn set_cpu_step(&mut self, on: bool) -> Result<()> {
+        self.cpu_step = on && self.cpu.is_some();
         self.cache.clear();
         self.cache_capacity = 0;
         self.n_cached = 0;
@@ -448,17 +448,17 @@ impl Transformer {
         Ok(())
     }
 
-    /// The tensor-free step's final hidden states `(n, n_embd)` for `tokens` (already checked by
+    /// The CPU step's final hidden states `(n, n_embd)` for `tokens` (already checked by
     /// the caller), when that step applies; None leaves the forward to the tensor path.
-    fn native_hidden(&mut self, tokens: &[u32]) -> Result<Option<Vec<f32>>> {
+    fn cpu_step_hidden(&mut self, tokens: &[u32]) -> Result<Option<Vec<f32>>> {
         self.tree = None;
-        self.native_hidden_at(tokens, None)
+        self.cpu_step_hidden_at(tokens, None)
     }
 
-    /// [`Self::native_hidden`] for a chain or the nodes of a tree.
-    fn native_hidden_at(&mut self, tokens: &[u32], tree: Option<&cpu_forward::TreeRows>) -> Result<Option<Vec<f32>>> {
+    /// [`Self::cpu_step_hidden`] for a chain or the nodes of a tree.
+    fn cpu_step_hidden_at(&mut self, tokens: &[u32], tree: Option<&cpu_step::TreeRows>) -> Result<Option<Vec<f32>>> {
         let (n_new, pos) = (tokens.len(), self.n_cached);
-        if !self.native {
+        if !self.cpu_step {
             return Ok(None);
         }
         self.tokens_alone()?;
@@ -467,7 +467,7 @@ impl Transformer {
         cpu.reserve(&self.config, pos + n_new, pos, self.cos.dims()[0]);
         let attend = match tree {
             Some(t) => t.attend(pos),
-            None => cpu_forward::Attend::Causal { pos },
+            None => cpu_step::Attend::Causal { pos },
         };
         let h = cpu.forward_at(&self.config, x, pos, attend);
         self.n_cached = pos + n_new;
@@ -500,9 +500,9 @@ impl Transformer {
         // and its activations stay a few MB (allocations of tens of MB come fresh from the
         // kernel each time, and their page faults took a fifth of a long prefill).
         for piece in tokens.chunks(FEED_PIECE) {
-            if self.native && self.cpu.is_some() {
+            if self.cpu_step && self.cpu.is_some() {
                 self.check_new_tokens(piece)?;
-                if self.native_hidden(piece)?.is_some() {
+                if self.cpu_step_hidden(piece)?.is_some() {
                     continue;
                 }
             }
@@ -516,9 +516,9 @@ impl Transformer {
     /// [`Self::forward_rows`]: the kernels give each row the same result batched or alone.
     pub fn forward_last(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         let missing = || EngineError::InvalidSetting("forward returned no logits".into());
-        if self.native && self.cpu.is_some() {
+        if self.cpu_step && self.cpu.is_some() {
             self.check_new_tokens(tokens)?;
-            if let Some(hidden) = self.native_hidden(tokens)? {
+            if let Some(hidden) = self.cpu_step_hidden(tokens)? {
                 let d = self.config.n_embd;
                 let last = hidden.len().checked_sub(d).map(|start| hidden[start..].to_vec()).ok_or_else(missing)?;
                 return self.head_logits(last, 1)?.to_device(&Device::Cpu)?.to_vec2::<f32>()?.pop().ok_or_else(missing);
@@ -530,13 +530,13 @@ impl Transformer {
     /// A forward whose vocabulary head runs only for the rows asked for ([`Self::lazy_rows`]).
     /// Verification stops at the first rejected draft token, so the rows after it are never
     /// used; on the CPU the head (49152 × 576 for the default target) costs about as much per
-    /// row batched as alone, so skipping them saves their whole cost. Where the tensor-free step
+    /// row batched as alone, so skipping them saves their whole cost. Where the CPU step
     /// does not apply, all rows are computed at once, as by [`Self::forward_rows`].
     pub fn forward_lazy(&mut self, tokens: &[u32]) -> Result<LazyLogits> {
         let n = tokens.len();
-        if self.native && self.cpu.is_some() && !self.restrict_head {
+        if self.cpu_step && self.cpu.is_some() && !self.restrict_head {
             self.check_new_tokens(tokens)?;
-            let hidden = self.native_hidden(tokens)?;
+            let hidden = self.cpu_step_hidden(tokens)?;
             if let Some(hidden) = hidden {
                 return Ok(LazyLogits { hidden, rows: vec![None; n] });
             }
@@ -576,7 +576,7 @@ impl Transformer {
                 row.ok_or_else(|| EngineError::InvalidSetting("lazy logits: hidden states missing".into()))?,
             );
         }
-        let on_pool = self.device.is_cpu() && !self.native && rayon::current_thread_index().is_none();
+        let on_pool = self.device.is_cpu() && !self.cpu_step && rayon::current_thread_index().is_none();
         let logits = if on_pool {
             rayon::scope(|_| self.head_logits(h, missing.len()))?
         } else {

@@ -1,6 +1,6 @@
 //! The engine's runtime switches, chosen once per process: by the command line (`--kernel`,
 //! `--no-cpu-step`, `--full-head`) through [`set`], else from the environment, which is read here
-//! and nowhere else (`MENTOR_LAB_KERNEL`, `MENTOR_LAB_NATIVE=0`, `MENTOR_LAB_FULL_HEAD=1`; and the
+//! and nowhere else (`MENTOR_LAB_KERNEL`, `MENTOR_LAB_CPU_STEP=0`, `MENTOR_LAB_FULL_HEAD=1`; and the
 //! folders `MENTOR_LAB_MODELS` and `MENTOR_LAB_ASSETS`). The switches exist to compare the
 //! engine's paths with each other; the defaults are the fastest paths. They reach the engine as
 //! an [`EngineOptions`] value given to each load: [`current`] is only the command line's and the
@@ -48,7 +48,7 @@ impl std::str::FromStr for KernelPath {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineOptions {
     pub kernel: KernelPath,
-    /// Decode steps on the CPU run the tensor-free step (the project's kernels end to end) rather
+    /// Decode steps on the CPU run the CPU step (the project's kernels end to end) rather
     /// than the tensor path.
     pub cpu_step: bool,
     /// An independent draft's output head restricted to the tokens it was trained to propose
@@ -72,7 +72,7 @@ impl EngineOptions {
         };
         Ok(EngineOptions {
             kernel,
-            cpu_step: var("MENTOR_LAB_NATIVE").as_deref() != Some("0"),
+            cpu_step: var("MENTOR_LAB_CPU_STEP").as_deref() != Some("0"),
             restricted_head: var("MENTOR_LAB_FULL_HEAD").as_deref() != Some("1"),
         })
     }

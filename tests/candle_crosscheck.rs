@@ -1,6 +1,6 @@
 //! A second opinion that needs nothing but this repository: candle-transformers' own quantized
 //! Llama and Qwen2 models, an independent implementation of the same architectures, compute the
-//! last position's logits for the same GGUF file, and the project's forward (tensor-free CPU step
+//! last position's logits for the same GGUF file, and the project's forward (CPU step
 //! and batched kernels) must agree with them: on the real default target and on synthetic Llama
 //! and Qwen2 files (GQA, attention biases, both RoPE layouts). The llama.cpp comparison in
 //! `benches/` is the third opinion.
@@ -37,11 +37,11 @@ fn candle_logits(path: &Path, ids: &[u32]) -> Vec<f32> {
     logits.flatten_all().unwrap().to_vec1::<f32>().unwrap()
 }
 
-/// The project's last-position logits, with the tensor-free CPU step (`native`) or the tensor path.
-fn our_logits(path: &Path, ids: &[u32], format: WeightFormat, native: bool) -> Vec<f32> {
+/// The project's last-position logits, with the CPU step (`cpu_step`) or the tensor path.
+fn our_logits(path: &Path, ids: &[u32], format: WeightFormat, cpu_step: bool) -> Vec<f32> {
     let mut m = load_model(path, format, &Device::Cpu).unwrap();
-    m.model.set_native_step(native).unwrap();
-    assert_eq!(m.model.native_step(), native);
+    m.model.set_cpu_step(cpu_step).unwrap();
+    assert_eq!(m.model.cpu_step(), cpu_step);
     m.model.forward_rows(ids).unwrap().pop().unwrap()
 }
 
@@ -105,12 +105,12 @@ fn the_default_target_agrees_with_candle_transformers() {
 
     let (candle_kl, candle_top, _) = compare(&candle_logits(&path, &ids), &reference);
     eprintln!("Q4_1 file, candle's kernels: KL {candle_kl:.5} nats, top-5 max |Δ log p| {candle_top:.4}");
-    for native in [true, false] {
-        let ours = our_logits(&path, &ids, WeightFormat::File, native);
+    for cpu_step in [true, false] {
+        let ours = our_logits(&path, &ids, WeightFormat::File, cpu_step);
         let (kl, top_diff, same_first) = compare(&ours, &reference);
-        eprintln!("Q4_1 file, native step {native}: KL {kl:.5} nats, top-5 max |Δ log p| {top_diff:.4}");
-        assert!(same_first, "native {native}: the likeliest token differs");
-        assert!(kl < 0.01 && top_diff < 0.25, "native {native}: KL {kl} nats, top-5 |Δ log p| {top_diff}");
+        eprintln!("Q4_1 file, cpu_step step {cpu_step}: KL {kl:.5} nats, top-5 max |Δ log p| {top_diff:.4}");
+        assert!(same_first, "cpu_step {cpu_step}: the likeliest token differs");
+        assert!(kl < 0.01 && top_diff < 0.25, "cpu_step {cpu_step}: KL {kl} nats, top-5 |Δ log p| {top_diff}");
     }
 }
 
@@ -134,15 +134,18 @@ fn synthetic_llama_and_qwen2_agree_with_candle_transformers() {
         synthetic::write(&path, &spec);
         let ids: Vec<u32> = (0..24).map(|j| 2 + (j * 37 + i as u32 * 11) % 250).collect();
         let theirs = candle_logits(&path, &ids);
-        // F32 weights run on the tensor path only; Q8_0 also on the tensor-free step.
+        // F32 weights run on the tensor path only; Q8_0 also on the CPU step.
         let paths: &[bool] = if dtype == GgmlDType::F32 { &[false] } else { &[true, false] };
-        for &native in paths {
-            let ours = our_logits(&path, &ids, WeightFormat::File, native);
+        for &cpu_step in paths {
+            let ours = our_logits(&path, &ids, WeightFormat::File, cpu_step);
             let (kl, top_diff, same_first) = compare(&ours, &theirs);
             eprintln!(
-                "{arch} {n_head}:{n_kv_head} {dtype:?}, native {native}: KL {kl:.2e}, top-5 |Δ log p| {top_diff:.2e}"
+                "{arch} {n_head}:{n_kv_head} {dtype:?}, cpu_step {cpu_step}: KL {kl:.2e}, top-5 |Δ log p| {top_diff:.2e}"
             );
-            assert!(same_first && kl < max_kl, "{arch} {dtype:?} native {native}: KL {kl}, top-5 |Δ log p| {top_diff}");
+            assert!(
+                same_first && kl < max_kl,
+                "{arch} {dtype:?} cpu_step {cpu_step}: KL {kl}, top-5 |Δ log p| {top_diff}"
+            );
         }
     }
 }
@@ -170,8 +173,8 @@ fn k_quant_files_agree_with_candle_transformers() {
         synthetic::write(&path, &spec);
         let ids: Vec<u32> = (0..24).map(|j| 2 + (j * 41 + i as u32 * 7) % 250).collect();
         let theirs = candle_logits(&path, &ids);
-        for native in [true, false] {
-            let ours = our_logits(&path, &ids, WeightFormat::Auto, native);
+        for cpu_step in [true, false] {
+            let ours = our_logits(&path, &ids, WeightFormat::Auto, cpu_step);
             let (kl, top_diff, same_first) = compare(&ours, &theirs);
             // The logits themselves, relative to their spread (these random models are peaked, so
             // KL alone sees little of the vocabulary).
@@ -180,11 +183,11 @@ fn k_quant_files_agree_with_candle_transformers() {
             let spread = (theirs.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
             let rel = ours.iter().zip(&theirs).map(|(&a, &b)| (a as f64 - b as f64).abs()).sum::<f64>() / n / spread;
             eprintln!(
-                "{arch} {n_head}:{n_kv_head} {mix}, native {native}: KL {kl:.2e}, top-5 |Δ log p| {top_diff:.2e}, \
+                "{arch} {n_head}:{n_kv_head} {mix}, cpu_step {cpu_step}: KL {kl:.2e}, top-5 |Δ log p| {top_diff:.2e}, \
                  mean |Δ logit| / spread {rel:.2e}"
             );
-            assert!(same_first && kl < 2e-3, "{arch} {mix} native {native}: KL {kl}, top-5 |Δ log p| {top_diff}");
-            assert!(rel < 0.05, "{arch} {mix} native {native}: mean |Δ logit| is {rel} of the logits' spread");
+            assert!(same_first && kl < 2e-3, "{arch} {mix} cpu_step {cpu_step}: KL {kl}, top-5 |Δ log p| {top_diff}");
+            assert!(rel < 0.05, "{arch} {mix} cpu_step {cpu_step}: mean |Δ logit| is {rel} of the logits' spread");
         }
     }
 }

@@ -260,17 +260,17 @@ fn tensor_free_step_matches_tensor_path_on_the_real_models() {
     }
     for m in models.iter_mut() {
         let ids = m.tokenizer.prompt_ids("Write a haiku about autumn leaves falling on a quiet river.", false).unwrap();
-        let (native, tensor, tensor_steps) = common::native_and_tensor_rows(m, &ids);
+        let (cpu_step, tensor, tensor_steps) = common::cpu_step_and_tensor_rows(m, &ids);
         let median = |d: &[f32]| -> f32 {
             let mut s = d.to_vec();
             s.sort_by(f32::total_cmp);
             s[s.len() / 2]
         };
-        let (diffs, agree) = common::compare_rows(&native, &tensor);
+        let (diffs, agree) = common::compare_rows(&cpu_step, &tensor);
         let (floor, agree_floor) = common::compare_rows(&tensor_steps, &tensor);
-        let (m_native, m_floor) = (median(&diffs), median(&floor));
+        let (m_cpu, m_floor) = (median(&diffs), median(&floor));
         eprintln!(
-            "{}: median max|dlogit| per row: tensor-free vs tensor {m_native:.4} (arg-max {agree}/{n}); \
+            "{}: median max|dlogit| per row: CPU step vs tensor {m_cpu:.4} (arg-max {agree}/{n}); \
              tensor one-by-one vs chunked {m_floor:.4} (arg-max {agree_floor}/{n})",
             m.info.name,
             n = diffs.len()
@@ -279,7 +279,7 @@ fn tensor_free_step_matches_tensor_path_on_the_real_models() {
         // another order (attention, norms) flips a few roundings, which grow over the layers. The
         // two paths may differ by about as much as the tensor path differs from itself when fed
         // token by token, not more; clear decisions agree.
-        assert!(m_native <= 2.0 * m_floor + 0.05, "{}: median {m_native} vs noise floor {m_floor}", m.info.name);
+        assert!(m_cpu <= 2.0 * m_floor + 0.05, "{}: median {m_cpu} vs noise floor {m_floor}", m.info.name);
         assert!(agree * 10 >= diffs.len() * 9, "{}: arg-max agrees at {agree} of {}", m.info.name, diffs.len());
     }
 }
@@ -292,8 +292,8 @@ fn restricted_draft_head_keeps_the_listed_tokens_exactly_and_zeroes_the_rest() {
     let mut m = mentor_lab::load_model(&path, WeightFormat::Auto, &candle_core::Device::Cpu).unwrap();
     assert_eq!(m.model.head_restriction(), Some(tokens.len()), "restricted by default");
     let ids = m.tokenizer.prompt_ids("Write a short poem about the sea.", false).unwrap();
-    for native in [true, false] {
-        m.model.set_native_step(native).unwrap();
+    for cpu_step in [true, false] {
+        m.model.set_cpu_step(cpu_step).unwrap();
         assert!(m.model.set_head_restricted(true));
         let small = m.model.forward_rows(&ids).unwrap();
         m.model.clear().unwrap();
@@ -453,12 +453,12 @@ fn engine_options_choose_the_paths_of_one_load() {
     let device = candle_core::Device::Cpu;
     let load = |o: EngineOptions| mentor_lab::model::Transformer::load_with(&file, WeightFormat::Auto, &device, &o);
     let fast = load(EngineOptions::default()).unwrap();
-    assert!(fast.native_step());
+    assert!(fast.cpu_step());
     let tensor = load(EngineOptions { cpu_step: false, ..EngineOptions::default() }).unwrap();
-    assert!(!tensor.native_step());
+    assert!(!tensor.cpu_step());
     // candle's matmul: no batched kernels, so no CPU step either, and the file's own format.
     let candle = load(EngineOptions { kernel: mentor_lab::KernelPath::Candle, ..EngineOptions::default() }).unwrap();
-    assert!(!candle.native_step());
+    assert!(!candle.cpu_step());
     assert!(fast.weight_desc.contains("batched kernel"), "{}", fast.weight_desc);
     assert!(!candle.weight_desc.contains("batched kernel"), "{}", candle.weight_desc);
 }

@@ -39,8 +39,8 @@ fn baseline_name() -> &'static str {
 fn logit_rows(m: &mut Transformer) -> Vec<Vec<f32>> {
     let ids: Vec<u32> = (0..20u32).map(|i| (101 + 977 * i) % 49_000).collect();
     let mut rows = Vec::new();
-    for native in [true, false] {
-        m.set_native_step(native).unwrap();
+    for cpu_step in [true, false] {
+        m.set_cpu_step(cpu_step).unwrap();
         m.clear().unwrap();
         rows.extend(m.forward_rows(&ids[..12]).unwrap());
         for &id in &ids[12..15] {

@@ -111,11 +111,11 @@ fn tensor_free_step_matches_tensor_path_for_both_architectures() {
         synthetic::write(&path, &spec);
         let mut m = load_model(&path, WeightFormat::Auto, &Device::Cpu).unwrap();
         let ids = m.tokenizer.encode("the thin theatre in the rain, then the theme").unwrap();
-        let (native, tensor, _) = common::native_and_tensor_rows(&mut m, &ids);
-        let (diffs, agree) = common::compare_rows(&native, &tensor);
+        let (cpu_step, tensor, _) = common::cpu_step_and_tensor_rows(&mut m, &ids);
+        let (diffs, agree) = common::compare_rows(&cpu_step, &tensor);
         let max = diffs.iter().copied().fold(0.0, f32::max);
         eprintln!("{}: max |dlogit| {max:.5}, arg-max agrees {agree}/{}", spec.arch, diffs.len());
-        assert!(max < 0.3, "{}: tensor-free and tensor steps differ by {max}", spec.arch);
+        assert!(max < 0.3, "{}: the CPU step and the tensor path differ by {max}", spec.arch);
         assert!(agree * 10 >= diffs.len() * 9, "{}: arg-max agrees at {agree} of {}", spec.arch, diffs.len());
     }
 }
@@ -176,23 +176,23 @@ fn head_token_list_restricts_the_head_and_a_bad_list_is_reported_and_ignored() {
 /// Q4_K_M-like files (Q4_K matrices; Q6_K for V, the FFN's down projection and the tied head),
 /// Llama with GQA 4:1 and Qwen2 with biases, a Q5_K_M-like one, and one 224 wide in the
 /// fallbacks of the K formats (Q5_0, Q5_1, Q8_0; Q4_K for the down projection): every matrix
-/// runs in the project's kernels as the file has it (no re-quantization), the tensor-free step
+/// runs in the project's kernels as the file has it (no re-quantization), the CPU step
 /// agrees with the tensor path, and a chunk agrees with single steps.
 #[test]
 fn k_quant_files_run_in_the_kernels_as_the_file_has_them() {
-    let q4_k_m = "Q4_K, batched kernel; also 5 × Q6_K, batched kernel, tensor-free step";
+    let q4_k_m = "Q4_K, batched kernel; also 5 × Q6_K, batched kernel, CPU step";
     for (arch, spec, expected) in [
         ("llama", synthetic::Spec { n_head: 8, n_kv_head: 2, ..synthetic::Spec::q4_k_m("llama") }, q4_k_m),
         ("qwen2", synthetic::Spec::q4_k_m("qwen2"), q4_k_m),
         (
             "llama",
             synthetic::Spec::q5_k_m("llama"),
-            "Q5_K, batched kernel; also 5 × Q6_K, batched kernel, tensor-free step",
+            "Q5_K, batched kernel; also 5 × Q6_K, batched kernel, CPU step",
         ),
         (
             "qwen2",
             synthetic::Spec::narrow_k_quants("qwen2"),
-            "Q5_0, batched kernel; also 1 × Q8_0, batched kernel, 2 × Q5_1, batched kernel, 2 × Q4_K, batched kernel, tensor-free step",
+            "Q5_0, batched kernel; also 1 × Q8_0, batched kernel, 2 × Q5_1, batched kernel, 2 × Q4_K, batched kernel, CPU step",
         ),
     ] {
         let dir = tempfile::tempdir().unwrap();
@@ -204,13 +204,13 @@ fn k_quant_files_run_in_the_kernels_as_the_file_has_them() {
             // 2 layers: V and down in their own formats (and the tied head), the rest in the main one.
             assert_eq!(desc, expected, "{arch}");
         }
-        assert!(m.model.native_step(), "{arch}: {desc}");
+        assert!(m.model.cpu_step(), "{arch}: {desc}");
         let ids = m.tokenizer.encode("the thin theatre in the rain, then the theme").unwrap();
-        let (native, tensor, _) = common::native_and_tensor_rows(&mut m, &ids);
-        let (diffs, agree) = common::compare_rows(&native, &tensor);
+        let (cpu_step, tensor, _) = common::cpu_step_and_tensor_rows(&mut m, &ids);
+        let (diffs, agree) = common::compare_rows(&cpu_step, &tensor);
         let max = diffs.iter().copied().fold(0.0, f32::max);
         eprintln!("{arch} {:?}: max |dlogit| {max:.5}, arg-max agrees {agree}/{}", spec.dtype, diffs.len());
-        assert!(max < 0.3, "{arch}: tensor-free and tensor steps differ by {max}");
+        assert!(max < 0.3, "{arch}: the CPU step and the tensor path differ by {max}");
         assert!(agree * 10 >= diffs.len() * 9, "{arch}: arg-max agrees at {agree} of {}", diffs.len());
         chunk_equals_steps(spec, WeightFormat::Auto, 0.5);
     }

@@ -44,19 +44,19 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// The default target on both forward paths, each with the prompt's tokens but the last and the
-/// tree's tokens after them: the tensor-free CPU step (quantized weights as in the file), and the
+/// tree's tokens after them: the CPU step (quantized weights as in the file), and the
 /// tensor path on F32 weights (with quantized ones its rows carry the activations' rounding,
 /// which differs with the batch).
 fn both_paths() -> Vec<(LoadedModel, bool, Vec<u32>, Vec<u32>)> {
     [(WeightFormat::Auto, true), (WeightFormat::F32, false)]
         .into_iter()
-        .map(|(format, native)| {
+        .map(|(format, cpu_step)| {
             let m = load_target(format);
-            assert_eq!(m.model.native_step(), native);
+            assert_eq!(m.model.cpu_step(), cpu_step);
             let mut context = m.tokenizer.prompt_ids(PROMPT, false).unwrap();
             let root = context.pop().unwrap();
             let tokens = tree_tokens(&m, root);
-            (m, native, context, tokens)
+            (m, cpu_step, context, tokens)
         })
         .collect()
 }
@@ -66,10 +66,10 @@ fn both_paths() -> Vec<(LoadedModel, bool, Vec<u32>, Vec<u32>)> {
 const TENSOR_TOLERANCE: f32 = 2e-3;
 
 /// Every node's logits from one tree forward equal the last row of a chain forward over the
-/// node's path: bit for bit on the tensor-free CPU step, within rounding on the tensor path.
+/// node's path: bit for bit on the CPU step, within rounding on the tensor path.
 #[test]
 fn tree_forward_equals_a_chain_forward_on_every_path() {
-    for (mut m, native, context, tokens) in both_paths() {
+    for (mut m, cpu_step, context, tokens) in both_paths() {
         m.model.feed(&context).unwrap();
         let mut rows = m.model.forward_tree(&tokens, &PARENTS).unwrap();
         m.model.lazy_rows(&mut rows, tokens.len()).unwrap();
@@ -79,7 +79,7 @@ fn tree_forward_equals_a_chain_forward_on_every_path() {
             m.model.feed(&context).unwrap();
             let chain = m.model.forward_rows(&path).unwrap().pop().unwrap();
             let tree = rows.row(node).unwrap();
-            match native {
+            match cpu_step {
                 true => assert!(tree.iter().zip(&chain).all(|(a, b)| a.to_bits() == b.to_bits()), "node {node}"),
                 false => {
                     let d = max_diff(tree, &chain);
@@ -94,7 +94,7 @@ fn tree_forward_equals_a_chain_forward_on_every_path() {
 /// text, for every path (the root alone included) and on both paths of the forward.
 #[test]
 fn keeping_a_path_leaves_the_cache_a_chain_would() {
-    for (mut m, native, context, tokens) in both_paths() {
+    for (mut m, cpu_step, context, tokens) in both_paths() {
         let next = m.tokenizer.encode(" night").unwrap()[0];
         for node in [0, 2, 5, 7, 9] {
             let path = path_to(node);
@@ -110,7 +110,7 @@ fn keeping_a_path_leaves_the_cache_a_chain_would() {
             text.push(next);
             let fresh = m.model.forward_rows(&text).unwrap().pop().unwrap();
             let d = max_diff(&after, &fresh);
-            match native {
+            match cpu_step {
                 true => assert_eq!(d, 0.0, "path to node {node}: logits differ by {d}"),
                 false => assert!(d < TENSOR_TOLERANCE, "tensor path, path to node {node}: logits differ by {d}"),
             }

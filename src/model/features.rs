@@ -10,9 +10,9 @@ impl Transformer {
     }
 
     /// Keep the residual streams after `taps` from every forward (for a feature draft reading
-    /// this model; see [`Self::last_taps`]); empty stops it. Needs the tensor-free CPU step.
+    /// this model; see [`Self::last_taps`]); empty stops it. Needs the CPU step.
     pub fn set_taps(&mut self, taps: &[usize]) -> Result<()> {
-        match self.cpu.as_mut().filter(|_| self.native) {
+        match self.cpu.as_mut().filter(|_| self.cpu_step) {
             Some(cpu) => {
                 cpu.taps = taps.to_vec();
                 Ok(())
@@ -31,10 +31,11 @@ impl Transformer {
         self.cpu.as_ref().map(|c| c.tap_out.as_slice()).unwrap_or(&[])
     }
 
-    /// Feed `tokens` and return their final hidden states `(n, n_embd)` (the tensor-free step).
+    /// Feed `tokens` and return their final hidden states `(n, n_embd)` (the CPU step).
     pub fn feed_hidden(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         self.check_new_tokens(tokens)?;
-        self.native_hidden(tokens)?.ok_or_else(|| EngineError::InvalidSetting("hidden states need the CPU step".into()))
+        self.cpu_step_hidden(tokens)?
+            .ok_or_else(|| EngineError::InvalidSetting("hidden states need the CPU step".into()))
     }
 
     /// A feature draft's features from its target's final hidden states `f: (n, n_embd)` and
@@ -170,8 +171,8 @@ impl Transformer {
         }
     }
 
-    pub(super) fn feature_input(&self) -> Result<&cpu_forward::FeatureInput> {
-        self.features.as_ref().filter(|_| self.native).ok_or_else(|| {
+    pub(super) fn feature_input(&self) -> Result<&cpu_step::FeatureInput> {
+        self.features.as_ref().filter(|_| self.cpu_step).ok_or_else(|| {
             EngineError::InvalidSetting(
                 "this feature draft runs only on the CPU step with its matrices in Q8_0 or Q4".into(),
             )

@@ -47,7 +47,7 @@ fn kernels_take(d: GgmlDType) -> bool {
 /// What `auto` runs a matrix stored as `d` in, on the CPU with our kernels, in a file whose main
 /// format our kernels handle: Q8_0 as it is; the 4- and 5-bit formats and Q6_K as they are where
 /// their kernel has SIMD (fewer bytes than Q8_0 and no re-quantization), else Q8_0; anything else
-/// (say a Q3_K matrix) Q8_0, so that every matrix runs in our kernels and the tensor-free step
+/// (say a Q3_K matrix) Q8_0, so that every matrix runs in our kernels and the CPU step
 /// applies.
 pub(super) fn auto_batched_format(d: GgmlDType) -> Option<GgmlDType> {
     match d {
@@ -63,14 +63,14 @@ pub(super) fn auto_batched_format(d: GgmlDType) -> Option<GgmlDType> {
 }
 
 /// The rows of `tokens` of an output head, where our kernels run it.
-pub(super) fn small_head(head: &Linear, tokens: &[u32]) -> Option<cpu_forward::SmallHead> {
+pub(super) fn small_head(head: &Linear, tokens: &[u32]) -> Option<cpu_step::SmallHead> {
     let mat = match &head.w {
-        Weights::BatchedQ8(m) => m.select_rows(tokens).map(|m| cpu_forward::Matrix::Q8(m.into())),
-        Weights::BatchedQ4(m) => m.select_rows(tokens).map(|m| cpu_forward::Matrix::Q4(m.into())),
-        Weights::BatchedQ6(m) => m.select_rows(tokens).map(|m| cpu_forward::Matrix::Q6(m.into())),
+        Weights::BatchedQ8(m) => m.select_rows(tokens).map(|m| cpu_step::Matrix::Q8(m.into())),
+        Weights::BatchedQ4(m) => m.select_rows(tokens).map(|m| cpu_step::Matrix::Q4(m.into())),
+        Weights::BatchedQ6(m) => m.select_rows(tokens).map(|m| cpu_step::Matrix::Q6(m.into())),
         Weights::Candle(_) => None,
     };
-    mat.map(|w| cpu_forward::SmallHead { mat: cpu_forward::Mat { w, bias: None }, tokens: tokens.to_vec() })
+    mat.map(|w| cpu_step::SmallHead { mat: cpu_step::Mat { w, bias: None }, tokens: tokens.to_vec() })
 }
 
 /// The kernels' copy of a tied head where it holds the file's own blocks (`file`: the embedding's
@@ -85,24 +85,24 @@ fn shared_rows(head: &Linear, file: GgmlDType) -> Option<std::sync::Arc<dyn crat
     }
 }
 
-/// A matrix for the tensor-free step, if our kernels run it.
-pub(super) fn cpu_mat(l: &Linear) -> Result<Option<cpu_forward::Mat>> {
+/// A matrix for the CPU step, if our kernels run it.
+pub(super) fn cpu_mat(l: &Linear) -> Result<Option<cpu_step::Mat>> {
     let w = match &l.w {
-        Weights::BatchedQ8(m) => cpu_forward::Matrix::Q8(m.clone()),
-        Weights::BatchedQ4(m) => cpu_forward::Matrix::Q4(m.clone()),
-        Weights::BatchedQ6(m) => cpu_forward::Matrix::Q6(m.clone()),
+        Weights::BatchedQ8(m) => cpu_step::Matrix::Q8(m.clone()),
+        Weights::BatchedQ4(m) => cpu_step::Matrix::Q4(m.clone()),
+        Weights::BatchedQ6(m) => cpu_step::Matrix::Q6(m.clone()),
         Weights::Candle(_) => return Ok(None),
     };
     let bias = match &l.b {
         Some(b) => Some(b.flatten_all()?.to_vec1::<f32>()?),
         None => None,
     };
-    Ok(Some(cpu_forward::Mat { w, bias }))
+    Ok(Some(cpu_step::Mat { w, bias }))
 }
 
-/// The tensor-free CPU model sharing the loaded matrices, if every one runs through our kernels.
+/// The CPU step's model sharing the loaded matrices, if every one runs through our kernels.
 pub(super) fn cpu_model(layers: &[Layer], out_norm: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<CpuModel>> {
-    pub(super) fn proj(p: &Projections) -> Result<Option<cpu_forward::Proj>> {
+    pub(super) fn proj(p: &Projections) -> Result<Option<cpu_step::Proj>> {
         let (linears, sizes): (Vec<&Linear>, Vec<usize>) = match p {
             Projections::Fused { linear, sizes } => (vec![linear], sizes.clone()),
             Projections::Separate(parts) => (parts.iter().collect(), parts.iter().map(|l| l.n_out()).collect()),
@@ -114,7 +114,7 @@ pub(super) fn cpu_model(layers: &[Layer], out_norm: &Tensor, cos: &Tensor, sin: 
                 None => return Ok(None),
             }
         }
-        Ok(Some(cpu_forward::Proj { mats, sizes }))
+        Ok(Some(cpu_step::Proj { mats, sizes }))
     }
     let vec = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1::<f32>()?) };
     let mut out = Vec::with_capacity(layers.len());
@@ -124,7 +124,7 @@ pub(super) fn cpu_model(layers: &[Layer], out_norm: &Tensor, cos: &Tensor, sin: 
         else {
             return Ok(None);
         };
-        out.push(cpu_forward::Layer {
+        out.push(cpu_step::Layer {
             attn_norm: vec(&l.attn_norm)?,
             qkv,
             wo,
@@ -393,7 +393,7 @@ impl TensorReader<'_> {
         plan: &WeightPlan,
         spec: &crate::gguf::FeatureDraftSpec,
         cpu_step: bool,
-    ) -> Result<Option<cpu_forward::FeatureInput>> {
+    ) -> Result<Option<cpu_step::FeatureInput>> {
         let fc = cpu_mat(&plan.linear(self.read("eagle.fc.weight")?, None, true)?)?;
         let lift = match spec.taps.is_empty() {
             true => None,
@@ -404,7 +404,7 @@ impl TensorReader<'_> {
             tap_norms.push(self.vector(&format!("eagle.tap_norms.{i}.weight"))?.to_vec1::<f32>()?);
         }
         Ok(match (fc, lift.is_some() || spec.taps.is_empty()) {
-            (Some(fc), true) if cpu_step => Some(cpu_forward::FeatureInput {
+            (Some(fc), true) if cpu_step => Some(cpu_step::FeatureInput {
                 fc,
                 taps: spec.taps.clone(),
                 tap_norms,
@@ -497,7 +497,7 @@ impl Transformer {
             false => None,
         };
         if cpu.is_some() {
-            weight_desc.push_str(", tensor-free step");
+            weight_desc.push_str(", CPU step");
         }
         let head_tokens = file.head_tokens().unwrap_or_else(|e| {
             tracing::warn!("{}: {e}; using the full output head", file.path.display());
@@ -528,7 +528,7 @@ impl Transformer {
             cache_capacity: 0,
             n_cached: 0,
             weight_desc,
-            native: cpu.is_some(),
+            cpu_step: cpu.is_some(),
             cpu,
             small_head,
             restrict_head,

@@ -1,8 +1,8 @@
 //! The tensor path: the forward as candle tensor operations (any device, any weight format), the
-//! reference the tensor-free CPU step is checked against and the path Metal runs.
+//! reference the CPU step is checked against and the path Metal runs.
 
 use super::{Layer, LayerCache, Transformer};
-use crate::cpu_forward;
+use crate::cpu_step;
 use crate::error::{EngineError, Result};
 use crate::gguf::{Arch, ModelConfig};
 use candle_core::{DType, Tensor};
@@ -10,7 +10,7 @@ use candle_core::{DType, Tensor};
 impl Transformer {
     /// The forward of `tokens` from cache row `n_cached` on: a chain, or the nodes of a tree
     /// (`tree`: each row's position and the rows it sees).
-    pub(super) fn forward_impl(&mut self, tokens: &[u32], tree: Option<&cpu_forward::TreeRows>) -> Result<Tensor> {
+    pub(super) fn forward_impl(&mut self, tokens: &[u32], tree: Option<&cpu_step::TreeRows>) -> Result<Tensor> {
         let n_new = tokens.len();
         let pos = self.n_cached;
         self.check_new_tokens(tokens)?;
@@ -18,7 +18,7 @@ impl Transformer {
         if tree.is_none() {
             self.tree = None;
         }
-        if let Some(h) = self.native_hidden_at(tokens, tree)? {
+        if let Some(h) = self.cpu_step_hidden_at(tokens, tree)? {
             return self.head_logits(h, n_new);
         }
         if pos + n_new > self.cache_capacity {

@@ -4,7 +4,7 @@
 //! if the accepted path had been decoded as a chain.
 
 use super::{LazyLogits, Transformer};
-use crate::cpu_forward::TreeRows;
+use crate::cpu_step::TreeRows;
 use crate::error::{EngineError, Result};
 use candle_core::{Device, Tensor};
 
@@ -41,15 +41,15 @@ impl Transformer {
         self.check_new_tokens(tokens)?;
         let (region, rows) = self.grow_tree(tokens.len(), parents)?;
         let n = tokens.len();
-        let lazy = if self.native && self.cpu.is_some() && !self.restrict_head {
-            self.native_hidden_at(tokens, Some(&rows))?.map(|hidden| LazyLogits { hidden, rows: vec![None; n] })
+        let lazy = if self.cpu_step && self.cpu.is_some() && !self.restrict_head {
+            self.cpu_step_hidden_at(tokens, Some(&rows))?.map(|hidden| LazyLogits { hidden, rows: vec![None; n] })
         } else {
             None
         };
         let lazy = match lazy {
             Some(l) => l,
             None => {
-                let on_pool = self.device.is_cpu() && !self.native && rayon::current_thread_index().is_none();
+                let on_pool = self.device.is_cpu() && !self.cpu_step && rayon::current_thread_index().is_none();
                 let logits = match on_pool {
                     true => rayon::scope(|_| self.forward_impl(tokens, Some(&rows)))?,
                     false => self.forward_impl(tokens, Some(&rows))?,
@@ -112,7 +112,7 @@ impl Transformer {
             }
         }
         let from: Vec<usize> = path.iter().map(|&n| region.start + n).collect();
-        if let (true, Some(cpu)) = (self.native, self.cpu.as_mut()) {
+        if let (true, Some(cpu)) = (self.cpu_step, self.cpu.as_mut()) {
             cpu.keep_rows(&self.config, &from, region.start);
         } else if !path.is_empty() {
             let at: Vec<u32> = from.iter().map(|&r| r as u32).collect();

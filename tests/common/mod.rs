@@ -24,10 +24,10 @@ pub fn draft_path() -> Option<PathBuf> {
 pub type Rows = Vec<Vec<f32>>;
 
 /// Runs the same sequence of steps (a prompt chunk, single steps, a rollback, a verify-sized
-/// chunk) with the tensor-free CPU step and with the tensor path, and returns every logit row of
+/// chunk) with the CPU step and with the tensor path, and returns every logit row of
 /// both, in order; third, the tensor path fed one token at a time (the same arithmetic summed in
 /// another order: the noise floor of 8-bit activations over many layers).
-pub fn native_and_tensor_rows(m: &mut LoadedModel, ids: &[u32]) -> (Rows, Rows, Rows) {
+pub fn cpu_step_and_tensor_rows(m: &mut LoadedModel, ids: &[u32]) -> (Rows, Rows, Rows) {
     assert!(ids.len() >= 12, "need at least 12 tokens");
     let split = ids.len() - 8;
     let run = |m: &mut LoadedModel, one_by_one: bool| -> Vec<Vec<f32>> {
@@ -53,15 +53,15 @@ pub fn native_and_tensor_rows(m: &mut LoadedModel, ids: &[u32]) -> (Rows, Rows, 
         }
         rows
     };
-    m.model.set_native_step(true).unwrap();
-    assert!(m.model.native_step(), "CPU model with our kernels must take the tensor-free step");
-    let native = run(m, false);
-    m.model.set_native_step(false).unwrap();
-    assert!(!m.model.native_step());
+    m.model.set_cpu_step(true).unwrap();
+    assert!(m.model.cpu_step(), "CPU model with our kernels must take the CPU step");
+    let cpu_step = run(m, false);
+    m.model.set_cpu_step(false).unwrap();
+    assert!(!m.model.cpu_step());
     let tensor = run(m, false);
     let tensor_steps = run(m, true);
-    m.model.set_native_step(true).unwrap();
-    (native, tensor, tensor_steps)
+    m.model.set_cpu_step(true).unwrap();
+    (cpu_step, tensor, tensor_steps)
 }
 
 /// Largest |difference| per row, and how many rows pick the same arg-max.
