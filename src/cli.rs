@@ -35,9 +35,14 @@ pub struct ModelArgs {
     /// feature draft, which reads the default target's hidden states)
     #[arg(long)]
     pub draft: Option<PathBuf>,
-    /// Weight format in memory: auto, file, q8_0, f16, f32.
+    /// Weight format in memory: auto, file, q8_0, q4_0, q4_1, f16, f32 (q4_0 and q4_1 re-quantize
+    /// the matrices held in more bits).
     #[arg(long, default_value = "auto")]
     pub weights: WeightFormat,
+    /// The draft's weight format, where it should differ from --weights (e.g. q4_0: a cheaper
+    /// draft step for a little acceptance).
+    #[arg(long)]
+    pub draft_weights: Option<WeightFormat>,
     /// CPU threads (default: all physical cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -81,6 +86,7 @@ pub fn load_engine(args: &ModelArgs, need_draft: bool) -> Result<Engine> {
         target: args.target.clone().or(base.target),
         draft: args.draft.clone().or(base.draft),
         weights: args.weights,
+        draft_weights: args.draft_weights,
     };
     let draft_use = if need_draft || args.draft.is_some() { DraftUse::Required } else { DraftUse::Skip };
     let mut fetch = fetch_progress_to_stderr();

@@ -56,6 +56,32 @@ fn draft_tokenizer(draft: &ModelFile, target: &LoadedModel, target_digest: u64) 
     Ok(Arc::new(TextTokenizer::from_model_file(draft)?))
 }
 
+/// Load the draft at `path` for `target`, as [`Engine::load`] does: its tokenizer shared with the
+/// target's where both files describe the same one (`target_digest`, the target file's
+/// [`crate::tokenizer::source_digest`]; `None`: its own), the vocabulary check, its head-token list.
+pub fn load_draft(
+    path: &Path,
+    target: &LoadedModel,
+    target_digest: Option<u64>,
+    weights: WeightFormat,
+    device: &Device,
+    options: &EngineOptions,
+) -> Result<LoadedModel> {
+    let mut dfile = ModelFile::open(path)?;
+    let tokenizer = match target_digest {
+        Some(digest) => draft_tokenizer(&dfile, target, digest)?,
+        None => Arc::new(TextTokenizer::from_model_file(&dfile)?),
+    };
+    dfile.drop_tokenizer_lists();
+    let mut d = load_file(&dfile, tokenizer, weights, device, options)?;
+    crate::generate::check_vocab(target, &d)?;
+    if let Some(list) = crate::head_tokens::list_path(path) {
+        let ids = crate::head_tokens::read_list(&list, d.model.config.n_vocab).map_err(EngineError::InvalidSetting)?;
+        d.model.adopt_head_tokens(ids, options.restricted_head);
+    }
+    Ok(d)
+}
+
 /// Which models to load. `None` means the default: the default target (fetched if missing), the
 /// draft shipped for it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -63,6 +89,10 @@ pub struct ModelChoice {
     pub target: Option<PathBuf>,
     pub draft: Option<PathBuf>,
     pub weights: WeightFormat,
+    /// The draft's weight format where it differs from the target's: a draft re-quantized to
+    /// 4 bits (`q4_0`, `q4_1`) reads fewer bytes per step.
+    #[serde(default)]
+    pub draft_weights: Option<WeightFormat>,
 }
 
 /// Whether a load needs a draft.
@@ -140,17 +170,8 @@ impl Engine {
             None => Ok(None),
             Some(path) => path.and_then(|p| {
                 progress(LoadStep::Loading(&p));
-                let mut dfile = ModelFile::open(&p)?;
-                let tokenizer = draft_tokenizer(&dfile, &target, target_digest)?;
-                dfile.drop_tokenizer_lists();
-                let mut d = load_file(&dfile, tokenizer, choice.weights, &device, options)?;
-                crate::generate::check_vocab(&target, &d)?;
-                if let Some(list) = crate::head_tokens::list_path(&p) {
-                    let ids = crate::head_tokens::read_list(&list, d.model.config.n_vocab)
-                        .map_err(EngineError::InvalidSetting)?;
-                    d.model.adopt_head_tokens(ids, options.restricted_head);
-                }
-                Ok(Some(d))
+                let weights = choice.draft_weights.unwrap_or(choice.weights);
+                load_draft(&p, &target, Some(target_digest), weights, &device, options).map(Some)
             }),
         };
         match (draft, draft_use) {

@@ -33,6 +33,11 @@ pub enum WeightFormat {
     /// Exactly what the file holds.
     File,
     Q8_0,
+    /// Matrices held in more than 4.5 bits per weight re-quantized to Q4_0 (whole blocks of 32;
+    /// 4-bit matrices stay as they are): for a draft, fewer bytes per step for some acceptance.
+    Q4_0,
+    /// As `Q4_0`, to Q4_1 (a minimum per block too: 5 bits per weight, closer to the file).
+    Q4_1,
     F16,
     F32,
 }
@@ -44,9 +49,11 @@ impl std::str::FromStr for WeightFormat {
             "auto" => Ok(Self::Auto),
             "file" => Ok(Self::File),
             "q8_0" | "q8" => Ok(Self::Q8_0),
+            "q4_0" => Ok(Self::Q4_0),
+            "q4_1" => Ok(Self::Q4_1),
             "f16" => Ok(Self::F16),
             "f32" => Ok(Self::F32),
-            _ => Err(format!("unknown weight format `{s}`: use auto, file, q8_0, f16 or f32")),
+            _ => Err(format!("unknown weight format `{s}`: use auto, file, q8_0, q4_0, q4_1, f16 or f32")),
         }
     }
 }

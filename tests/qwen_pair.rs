@@ -127,3 +127,29 @@ fn a_budget_buys_acceptance() {
     assert!(mentored.stats.mean_tv > 0.0 && mentored.stats.mean_tv <= 0.5 + 1e-9);
     assert_eq!(lossless.stats.mean_tv, 0.0);
 }
+
+/// The sibling re-quantized to 4 bits at load (`--draft-weights q4_0`): every matrix held in more
+/// bits becomes Q4_0 (the Q4_K ones stay), it is smaller, keeps its head-token list, and under
+/// the same-seed coupling D = 0 still writes target-only's tokens. Loaded as `bench`'s `,dw=`
+/// loads it, beside the pair's own draft.
+#[test]
+fn a_draft_requantized_to_four_bits_keeps_the_target_text() {
+    let mut engine = engine();
+    let plain = run(&mut engine, &request(Mode::Target, DraftLen::Fixed(4), 0.0));
+    let path = engine.draft.as_ref().unwrap().info.path.clone();
+    let (device, options) = (candle_core::Device::Cpu, EngineOptions::default());
+    let small =
+        mentor_lab::engine::load_draft(&path, &engine.target, None, mentor_lab::WeightFormat::Q4_0, &device, &options)
+            .unwrap();
+    let desc = small.model.weight_desc.clone();
+    assert!(desc.starts_with("Q4_0 (from Q5_0)") && desc.contains("Q4_0 (from Q8_0)"), "{desc}");
+    assert!(desc.contains("Q4_0 (from Q6_K)") && desc.contains("12 × Q4_K,"), "{desc}");
+    let full_bytes = engine.draft.as_ref().unwrap().model.memory().0;
+    assert!(small.model.memory().0 < full_bytes, "{} vs {full_bytes}", small.model.memory().0);
+    assert_eq!(small.model.head_restriction(), engine.draft.as_ref().unwrap().model.head_restriction());
+    let own = engine.draft.replace(small);
+    let spec = run(&mut engine, &request(Mode::Speculative, DraftLen::Auto, 0.0));
+    engine.draft = own;
+    assert_eq!(ids(&spec), ids(&plain));
+    assert!(spec.stats.n_accepted > 0);
+}

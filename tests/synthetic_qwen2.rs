@@ -293,7 +293,8 @@ fn a_head_token_list_beside_the_draft_restricts_its_head() {
     let list = dir.path().join("draft.gguf.head-tokens");
     let kept: Vec<u32> = (0..200).collect();
     mentor_lab::head_tokens::write_list(&list, &kept).unwrap();
-    let choice = ModelChoice { target: Some(target), draft: Some(draft), weights: WeightFormat::File };
+    let choice =
+        ModelChoice { target: Some(target), draft: Some(draft), weights: WeightFormat::File, draft_weights: None };
     let load = |options: &EngineOptions| Engine::load(&choice, DraftUse::Required, options, &mut |_| {});
     let mut engine = load(&EngineOptions::default()).unwrap().engine;
     assert_eq!(engine.draft.as_ref().unwrap().model.head_restriction(), Some(200));

@@ -148,7 +148,12 @@ impl super::MentorApp {
         if self.fetched_pairs.contains(&pair) {
             let (target, draft) = pair.paths();
             let weights = self.settings.models.weights;
-            self.queued.push(super::UiCommand::Load(ModelChoice { target: Some(target), draft, weights }));
+            self.queued.push(super::UiCommand::Load(ModelChoice {
+                target: Some(target),
+                draft,
+                weights,
+                draft_weights: None,
+            }));
             self.apply_queued();
         } else {
             self.view.error = None;

@@ -7,7 +7,9 @@ use super::ModelArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use mentor_lab::presets::preset;
-use mentor_lab::{Coupling, DraftLen, Engine, GenerateRequest, MentorRule, Mode, SamplingParams, TreeShape};
+use mentor_lab::{
+    Coupling, DraftLen, Engine, GenerateRequest, MentorRule, Mode, SamplingParams, TreeShape, WeightFormat,
+};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -79,15 +81,23 @@ pub struct BenchConfig {
     pub lookup: bool,
     /// With `lookup`: whether a round drafted by the model may end with a copy (off: `,notail`).
     pub copy_tail: bool,
-    /// Whether this configuration drafts with the shipped feature draft instead of the loaded
-    /// draft (`,feature`: both compared in one process).
-    pub feature: bool,
+    /// Another draft this configuration runs with instead of the loaded one (`,feature`: the
+    /// shipped feature draft; `,dw=q4_0`: the loaded draft in other weights), so that both are
+    /// compared in one process.
+    pub other_draft: Option<OtherDraft>,
     /// The coupling this configuration names, if any (`,sameseed`, `,maxaccept`).
     pub coupling: Option<Coupling>,
     /// A tree of candidates per round (`tree=WxD`) instead of a chain.
     pub tree: Option<TreeShape>,
     /// Verify the draft's runners-up beside the chain where they pay (`,side`).
     pub side_offers: bool,
+}
+
+/// The draft a configuration names instead of the loaded one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OtherDraft {
+    Feature,
+    Weights(WeightFormat),
 }
 
 pub fn parse_config(s: &str) -> Result<BenchConfig> {
@@ -100,7 +110,7 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
         bonus: true,
         lookup: true,
         copy_tail: true,
-        feature: false,
+        other_draft: None,
         coupling: None,
         tree: None,
         side_offers: false,
@@ -127,10 +137,11 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
             "nolookup" => c.lookup = false,
             "notail" => c.copy_tail = false,
             "noamx" => bail!("`noamx` in config `{s}`: the kernels are chosen once per process; run bench again with --kernel noamx"),
-            "feature" => c.feature = true,
+            "feature" => c.other_draft = Some(OtherDraft::Feature),
+            "dw" => c.other_draft = Some(OtherDraft::Weights(value.parse().map_err(anyhow::Error::msg)?)),
             "sameseed" | "same-seed" => c.coupling = Some(Coupling::SameSeed),
             "maxaccept" | "max-acceptance" => c.coupling = Some(Coupling::MaxAcceptance),
-            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tree=WxD, tv=D, kl=D, nobonus, side, nolookup, notail, feature, sameseed, maxaccept"),
+            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tree=WxD, tv=D, kl=D, nobonus, side, nolookup, notail, feature, dw=FORMAT, sameseed, maxaccept"),
         }
     }
     Ok(c)
@@ -244,7 +255,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let cancel = AtomicBool::new(false);
     eprint!("warm-up:");
     for c in &configs {
-        drafts.use_for(&mut engine, c.feature);
+        drafts.use_for(&mut engine, c.other_draft.is_some());
         engine.generate(&c.request(&base, 1_000_003), &cancel, &mut |_| {})?;
         eprint!(" {}", c.label);
     }
@@ -259,7 +270,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let seed = s as u64;
             let shift = (repeat * args.seeds + s) % configs.len();
             for c in configs.iter().cycle().skip(shift).take(configs.len()) {
-                drafts.use_for(&mut engine, c.feature);
+                drafts.use_for(&mut engine, c.other_draft.is_some());
                 let g = engine.generate(&c.request(&base, seed), &cancel, &mut |_| {})?;
                 eprint!(" {} {:.2}s", c.label, g.stats.e2e_s);
                 all.push(Measurement::of(c, &g, repeat, seed));
@@ -279,32 +290,39 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// The other draft of a comparison (`,feature`), swapped in for the configurations that name it.
+/// The other draft of a comparison (`,feature` or `,dw=FORMAT`), swapped in for the
+/// configurations that name it.
 struct Drafts {
     other: Option<mentor_lab::generate::LoadedModel>,
-    feature_in: bool,
+    other_in: bool,
 }
 
 impl Drafts {
     fn load(engine: &Engine, configs: &[BenchConfig], args: &BenchArgs) -> Result<Drafts> {
-        let other = match configs.iter().any(|c| c.feature) {
-            true => {
-                let p = mentor_lab::models::feature_draft()
-                    .context("`,feature` needs assets/models/smollm2-135m-feature-draft.Q8_0.gguf")?;
-                let (device, options) = (mentor_lab::model::default_device(), args.models.options()?);
-                let d = mentor_lab::engine::load_model_with(&p, args.models.weights, &device, &options)?;
-                mentor_lab::generate::check_vocab(&engine.target, &d)?;
-                Some(d)
+        let mut named: Vec<OtherDraft> = configs.iter().filter_map(|c| c.other_draft).collect();
+        named.dedup();
+        let (path, weights) = match named[..] {
+            [] => return Ok(Drafts { other: None, other_in: false }),
+            [OtherDraft::Feature] => (
+                mentor_lab::models::feature_draft()
+                    .context("`,feature` needs assets/models/smollm2-135m-feature-draft.Q8_0.gguf")?,
+                args.models.draft_weights.unwrap_or(args.models.weights),
+            ),
+            [OtherDraft::Weights(w)] => {
+                let loaded = engine.draft.as_ref().context("`,dw=FORMAT` needs a draft: pass --draft or --pair")?;
+                (loaded.info.path.clone(), w)
             }
-            false => None,
+            _ => bail!("the configurations name {named:?}: one other draft per run (`,feature` or one `,dw=FORMAT`)"),
         };
-        Ok(Drafts { other, feature_in: false })
+        let (device, options) = (mentor_lab::model::default_device(), args.models.options()?);
+        let d = mentor_lab::engine::load_draft(&path, &engine.target, None, weights, &device, &options)?;
+        Ok(Drafts { other: Some(d), other_in: false })
     }
 
-    fn use_for(&mut self, engine: &mut Engine, feature: bool) {
-        if feature != self.feature_in && self.other.is_some() {
+    fn use_for(&mut self, engine: &mut Engine, other: bool) {
+        if other != self.other_in && self.other.is_some() {
             std::mem::swap(&mut engine.draft, &mut self.other);
-            self.feature_in = feature;
+            self.other_in = other;
         }
     }
 }
@@ -466,7 +484,10 @@ mod tests {
         assert_eq!((c.draft_len, c.rule, c.budget, c.bonus), (DraftLen::Fixed(8), MentorRule::Kl, 0.5, false));
         assert_eq!(parse_config("target").unwrap().mode, Mode::Target);
         let c = parse_config("auto,tv=0,feature").unwrap();
-        assert!(c.feature && !parse_config("auto,tv=0").unwrap().feature);
+        assert!(c.other_draft == Some(OtherDraft::Feature) && parse_config("auto,tv=0").unwrap().other_draft.is_none());
+        let c = parse_config("auto,tv=0,dw=q4_0").unwrap();
+        assert_eq!(c.other_draft, Some(OtherDraft::Weights(WeightFormat::Q4_0)));
+        assert!(parse_config("auto,dw=q3").is_err());
         let e = parse_config("auto,fast").unwrap_err().to_string();
         assert!(e.contains("unknown part `fast`") && e.contains("notail"), "{e}");
         assert!(parse_config("fixed=8,tv=much").unwrap_err().to_string().contains("not a number"));

@@ -136,6 +136,11 @@ pub(super) fn cpu_model(layers: &[Layer], out_norm: &Tensor, cos: &Tensor, sin: 
     Ok(Some(CpuModel::new(out, vec(out_norm)?, vec(cos)?, vec(sin)?)))
 }
 
+/// Bits per weight of a format (4.5 for Q4_0 and Q4_K, 8.5 for Q8_0).
+fn bits(d: GgmlDType) -> f64 {
+    (d.type_size() * 8) as f64 / d.block_size() as f64
+}
+
 /// Convert one weight matrix to the format chosen at load.
 pub(super) fn convert_matrix(qt: QTensor, target: Option<GgmlDType>, device: &Device) -> Result<QMatMul> {
     Ok(match target {
@@ -210,6 +215,8 @@ impl<'d> WeightPlan<'d> {
             WeightFormat::Auto if device.is_cpu() && !is_fast_on_cpu(file_dtype) => Some(GgmlDType::Q8_0),
             WeightFormat::Auto | WeightFormat::File => None,
             WeightFormat::Q8_0 => Some(GgmlDType::Q8_0),
+            WeightFormat::Q4_0 => Some(GgmlDType::Q4_0),
+            WeightFormat::Q4_1 => Some(GgmlDType::Q4_1),
             WeightFormat::F16 => Some(GgmlDType::F16),
             WeightFormat::F32 => Some(GgmlDType::F32),
         };
@@ -245,11 +252,12 @@ impl<'d> WeightPlan<'d> {
         label
     }
 
-    /// Count one matrix held as `w`, read from the file as `file`.
-    fn record(&self, w: &Weights, file: GgmlDType) {
+    /// Count one matrix held as `w` (in our kernels: blocks of format `held`), read from the file
+    /// as `file`.
+    fn record(&self, w: &Weights, held: GgmlDType, file: GgmlDType) {
         let (held, kernel) = match w {
             Weights::BatchedQ8(_) => (GgmlDType::Q8_0, true),
-            Weights::BatchedQ4(_) | Weights::BatchedQ6(_) => (file, true),
+            Weights::BatchedQ4(_) | Weights::BatchedQ6(_) => (held, true),
             Weights::Candle(QMatMul::QTensor(q)) => (q.dtype(), false),
             Weights::Candle(QMatMul::Tensor(_)) => (GgmlDType::F32, false),
             Weights::Candle(QMatMul::TensorF16(_)) => (GgmlDType::F16, false),
@@ -269,9 +277,14 @@ impl<'d> WeightPlan<'d> {
         let file_dtype = qt.dtype();
         let target = match self.format {
             WeightFormat::Auto if self.batched && kernels_take(self.file_dtype) => auto_batched_format(qt.dtype()),
+            WeightFormat::Q4_0 | WeightFormat::Q4_1 => self.target_dtype.filter(|&d| bits(qt.dtype()) > bits(d)),
             _ => self.target_dtype,
         };
         let w = convert_matrix(qt, target, self.device)?;
+        let held = match &w {
+            QMatMul::QTensor(q) => q.dtype(),
+            _ => file_dtype,
+        };
         let w = match w {
             QMatMul::QTensor(ref q) if self.batched && q.shape().rank() == 2 => {
                 let (n_out, n_in, isa) = (q.shape().dims()[0], q.shape().dims()[1], self.isa);
@@ -298,7 +311,7 @@ impl<'d> WeightPlan<'d> {
             }
             w => Weights::Candle(w),
         };
-        self.record(&w, file_dtype);
+        self.record(&w, held, file_dtype);
         Ok(Linear { w, b: bias })
     }
 }
