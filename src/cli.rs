@@ -43,6 +43,10 @@ pub struct ModelArgs {
     /// draft step for a little acceptance).
     #[arg(long)]
     pub draft_weights: Option<WeightFormat>,
+    /// Keep only the draft's first N blocks (early exit), to measure what a shallower draft
+    /// costs and accepts (eval-draft, bench).
+    #[arg(long, value_name = "N")]
+    pub draft_layers: Option<usize>,
     /// CPU threads (default: all physical cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -95,7 +99,11 @@ pub fn load_engine(args: &ModelArgs, need_draft: bool) -> Result<Engine> {
         LoadStep::Notice(note) => eprintln!("{note}"),
         LoadStep::Checked | LoadStep::Loading(_) => {}
     })?;
-    Ok(loaded.engine)
+    let mut engine = loaded.engine;
+    if let (Some(n), Some(draft)) = (args.draft_layers, engine.draft.as_mut()) {
+        draft.model.keep_first_layers(n)?;
+    }
+    Ok(engine)
 }
 
 /// The files of a built-in pair, fetched first where missing (progress on stderr).

@@ -401,6 +401,26 @@ impl Transformer {
         self.forward_impl(tokens, None)
     }
 
+    /// Keep only the first `n` blocks (early exit: the rest of the stack is skipped, the final
+    /// norm and head read the residual stream after block `n`); forgets the cache.
+    pub fn keep_first_layers(&mut self, n: usize) -> Result<()> {
+        if n == 0 || n > self.config.n_layer {
+            return Err(EngineError::InvalidSetting(format!(
+                "a model of {} blocks cannot keep {n}: choose 1 to {}",
+                self.config.n_layer, self.config.n_layer
+            )));
+        }
+        self.config.n_layer = n;
+        self.layers.truncate(n);
+        if let Some(cpu) = self.cpu.as_mut() {
+            cpu.layers.truncate(n);
+        }
+        self.cache.clear();
+        self.cache_capacity = 0;
+        self.n_cached = 0;
+        self.clear()
+    }
+
     /// Whether decode steps run the CPU step ([`crate::cpu_step`]).
     pub fn cpu_step(&self) -> bool {
         self.cpu_step

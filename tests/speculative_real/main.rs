@@ -491,3 +491,29 @@ fn eval_draft_reports_per_category_and_overall() {
 // The shipped feature draft, which reads the target's hidden states.
 mod feature_draft;
 use feature_draft::with_the_feature_draft;
+
+/// A draft cut to its first blocks (`--draft-layers`, early exit) is still a draft of the same
+/// vocabulary: it proposes other tokens than the whole stack, yet under the same-seed coupling
+/// D = 0 writes target-only's text. Keeping 0 blocks or more than it has is an error that says
+/// the range.
+#[test]
+fn a_draft_cut_to_its_first_blocks_keeps_the_target_text() {
+    let mut draft = the_draft(WeightFormat::Auto);
+    let n_layer = draft.model.config.n_layer;
+    for bad in [0, n_layer + 1] {
+        let e = draft.model.keep_first_layers(bad).unwrap_err().to_string();
+        assert!(e.contains(&format!("choose 1 to {n_layer}")), "{e}");
+    }
+    let ids_in = draft.tokenizer.prompt_ids(PROMPT, false).unwrap();
+    draft.model.clear().unwrap();
+    let whole = draft.model.forward_last(&ids_in).unwrap();
+    draft.model.keep_first_layers(n_layer - 2).unwrap();
+    assert_eq!(draft.model.config.n_layer, n_layer - 2);
+    let cut = draft.model.forward_last(&ids_in).unwrap();
+    assert!(whole.iter().zip(&cut).any(|(a, b)| a != b), "the cut stack computes something else");
+    let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(draft)).unwrap();
+    let want = run(&mut engine, &request(Mode::Target, 0.7, 0.0, DraftLen::Fixed(4), 32));
+    let got = run(&mut engine, &request(Mode::Speculative, 0.7, 0.0, DraftLen::Fixed(4), 32));
+    assert_eq!(ids(&got), ids(&want));
+    assert!(got.stats.n_accepted > 0);
+}
