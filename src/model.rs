@@ -20,8 +20,11 @@ mod features;
 mod load;
 mod tensor_path;
 mod tree;
+mod weights;
 pub use device::{choose_accelerated, default_device, device_note, probe_device};
 use load::*;
+use tensor_path::TensorPath;
+use weights::{Layer, LayerCache, Linear, Projections, Weights};
 
 /// How the weight matrices are held in memory, chosen at load time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
@@ -58,183 +61,6 @@ impl std::str::FromStr for WeightFormat {
     }
 }
 
-/// The weights of a linear layer, `(out, in)`.
-#[derive(Debug, Clone)]
-enum Weights {
-    /// candle's own matmul (any format, any device).
-    Candle(QMatMul),
-    /// Q8_0 on the CPU through our batched kernel (one pass over the weights for all rows).
-    BatchedQ8(std::sync::Arc<Q8Matrix>),
-    /// Q4_1 / Q4_0 on the CPU through our batched kernel.
-    BatchedQ4(std::sync::Arc<Q4Matrix>),
-    /// Q6_K on the CPU through our batched kernel.
-    BatchedQ6(std::sync::Arc<Q6Matrix>),
-}
-
-/// One linear layer `y = x W^T (+ b)`.
-#[derive(Debug, Clone)]
-struct Linear {
-    w: Weights,
-    b: Option<Tensor>,
-}
-
-impl Linear {
-    /// A 4-, 5- or 6-bit matrix keeps only its tile layout where that runs every call
-    /// ([`Q4Matrix::drop_row_layout`]); for layers' matrices, whose rows are never selected. Those
-    /// are read straight into tiles where the tiles hold every output, so this matters for a stack
-    /// of parts that were not (a Q6_K stack whose parts have partial groups).
-    fn drop_row_layout(&mut self) {
-        match &mut self.w {
-            Weights::BatchedQ4(m) => {
-                if let Some(m) = std::sync::Arc::get_mut(m) {
-                    m.drop_row_layout();
-                }
-            }
-            Weights::BatchedQ6(m) => {
-                if let Some(m) = std::sync::Arc::get_mut(m) {
-                    m.drop_row_layout();
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Bytes its weights take in memory.
-    fn bytes(&self) -> usize {
-        match &self.w {
-            Weights::Candle(QMatMul::QTensor(q)) => q.storage_size_in_bytes(),
-            Weights::Candle(QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => t.elem_count() * t.dtype().size_in_bytes(),
-            Weights::BatchedQ8(m) => m.bytes(),
-            Weights::BatchedQ4(m) => m.bytes(),
-            Weights::BatchedQ6(m) => m.bytes(),
-        }
-    }
-
-    /// Bytes of a tile layout the kernels keep beside the row layout (0 where the tiles are the
-    /// only copy, or there are none).
-    fn tile_bytes(&self) -> usize {
-        match &self.w {
-            Weights::BatchedQ8(m) => m.tile_bytes(),
-            Weights::BatchedQ4(m) => m.tile_bytes(),
-            Weights::BatchedQ6(m) => m.tile_bytes(),
-            _ => 0,
-        }
-    }
-
-    fn n_out(&self) -> usize {
-        match &self.w {
-            Weights::Candle(QMatMul::QTensor(q)) => q.shape().dims()[0],
-            Weights::Candle(QMatMul::Tensor(t) | QMatMul::TensorF16(t)) => t.dims()[0],
-            Weights::BatchedQ8(m) => m.n_out,
-            Weights::BatchedQ4(m) => m.n_out,
-            Weights::BatchedQ6(m) => m.n_out,
-        }
-    }
-
-    /// `x: (n, in)` → `(n, out)`.
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // One of our kernels on the rows of `x`.
-        let batched = |matmul: &dyn Fn(&[f32], usize) -> Vec<f32>| -> Result<Tensor> {
-            let n = x.dims()[0];
-            let y = matmul(&x.flatten_all()?.to_vec1::<f32>()?, n);
-            Ok(Tensor::from_vec(y, (n, self.n_out()), x.device())?)
-        };
-        let y = match &self.w {
-            Weights::Candle(w) => w.forward(x)?,
-            Weights::BatchedQ8(m) => batched(&|v, n| m.matmul(v, n))?,
-            Weights::BatchedQ4(m) => batched(&|v, n| m.matmul(v, n))?,
-            Weights::BatchedQ6(m) => batched(&|v, n| m.matmul(v, n))?,
-        };
-        Ok(match &self.b {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        })
-    }
-}
-
-/// Linear layers applied to the same input (Q, K and V; FFN gate and up). With our CPU kernels
-/// their matrices are stacked into one at load, so a step quantizes the input once and hands the
-/// threads one task list instead of three (or two).
-#[derive(Debug, Clone)]
-enum Projections {
-    Fused { linear: Linear, sizes: Vec<usize> },
-    Separate(Vec<Linear>),
-}
-
-impl Projections {
-    /// The linears it holds: the fused one, or each part.
-    fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
-        match self {
-            Projections::Fused { linear, .. } => std::slice::from_mut(linear).iter_mut(),
-            Projections::Separate(parts) => parts.iter_mut(),
-        }
-    }
-
-    fn new(parts: Vec<Linear>) -> Result<Projections> {
-        let sizes: Vec<usize> = parts.iter().map(|l| l.n_out()).collect();
-        let stacked = if parts.iter().all(|l| matches!(l.w, Weights::BatchedQ8(_))) {
-            let ms: Vec<&Q8Matrix> =
-                parts.iter().filter_map(|l| if let Weights::BatchedQ8(m) = &l.w { Some(&**m) } else { None }).collect();
-            Q8Matrix::stack(&ms).map(|m| Weights::BatchedQ8(m.into()))
-        } else if parts.iter().all(|l| matches!(l.w, Weights::BatchedQ4(_))) {
-            let ms: Vec<&Q4Matrix> =
-                parts.iter().filter_map(|l| if let Weights::BatchedQ4(m) = &l.w { Some(&**m) } else { None }).collect();
-            Q4Matrix::stack(&ms).map(|m| Weights::BatchedQ4(m.into()))
-        } else if parts.iter().all(|l| matches!(l.w, Weights::BatchedQ6(_))) {
-            let ms: Vec<&Q6Matrix> =
-                parts.iter().filter_map(|l| if let Weights::BatchedQ6(m) = &l.w { Some(&**m) } else { None }).collect();
-            Q6Matrix::stack(&ms).map(|m| Weights::BatchedQ6(m.into()))
-        } else {
-            None
-        };
-        let biases: Vec<&Tensor> = parts.iter().filter_map(|l| l.b.as_ref()).collect();
-        let bias = match biases.len() {
-            0 => Some(None),
-            n if n == parts.len() => Some(Some(Tensor::cat(&biases, 0)?)),
-            _ => None, // only some parts have a bias: keep them separate
-        };
-        Ok(match (stacked, bias) {
-            (Some(w), Some(b)) => Projections::Fused { linear: Linear { w, b }, sizes },
-            _ => Projections::Separate(parts),
-        })
-    }
-
-    /// One `(n, out_i)` tensor per projection, in the order given to `new`.
-    fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
-        match self {
-            Projections::Separate(parts) => parts.iter().map(|l| l.forward(x)).collect(),
-            Projections::Fused { linear, sizes } => {
-                let y = linear.forward(x)?;
-                let mut offset = 0;
-                let mut out = Vec::with_capacity(sizes.len());
-                for &n in sizes {
-                    out.push(y.narrow(1, offset, n)?);
-                    offset += n;
-                }
-                Ok(out)
-            }
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-struct Layer {
-    attn_norm: Tensor,    // (n_embd)
-    qkv: Projections,     // (n_head * head_dim | n_kv_head * head_dim | n_kv_head * head_dim, n_embd)
-    wo: Linear,           // (n_embd, n_head * head_dim)
-    ffn_norm: Tensor,     // (n_embd)
-    gate_up: Projections, // (n_ff | n_ff, n_embd)
-    w_down: Linear,       // (n_embd, n_ff)
-}
-
-/// Keys and values of one layer. The buffers are over-allocated and grown by doubling so that a
-/// decode step writes in place instead of copying the whole cache.
-#[derive(Debug, Clone)]
-struct LayerCache {
-    k: Tensor, // (1, n_kv_head, capacity, head_dim)
-    v: Tensor, // (1, n_kv_head, capacity, head_dim)
-}
-
 /// Most tokens [`Transformer::feed`] runs in one forward.
 const FEED_PIECE: usize = 128;
 
@@ -243,15 +69,12 @@ pub struct Transformer {
     device: Device,
     /// (n_vocab, n_embd), as in the file, for the token lookup.
     embed: Embedding,
-    layers: Vec<Layer>,
-    out_norm: Tensor, // (n_embd)
+    /// The tensor path: the blocks as candle tensors (their matrices shared with the CPU step),
+    /// the RoPE tables and the KV cache as tensors.
+    tensor: TensorPath,
     /// (n_vocab, n_embd); the embedding matrix when tied. None for a feature draft that borrows
     /// its target's ([`Self::borrow_embedding`]).
     head: Option<Linear>,
-    cos: Tensor, // (max_pos, head_dim / 2)
-    sin: Tensor, // (max_pos, head_dim / 2)
-    cache: Vec<LayerCache>,
-    cache_capacity: usize,
     /// Number of positions held in the KV cache.
     n_cached: usize,
     /// Human-readable weight format actually used, e.g. "Q8_0 (from Q4_1)".
@@ -265,14 +88,9 @@ pub struct Transformer {
     small_head: Option<cpu_step::SmallHead>,
     restrict_head: bool,
     /// Set for a feature draft (a model that reads its target's hidden states).
-    feature_spec: Option<crate::gguf::FeatureDraftSpec>,
-    /// A feature draft's input layers, where our kernels run them.
-    features: Option<cpu_step::FeatureInput>,
+    feature: Option<features::FeatureDraft>,
     /// The tokens the file restricts the output head to.
     head_tokens: Option<Vec<u32>>,
-    /// The head matrix whose embedding and rows a feature draft borrowed (its address, to tell
-    /// whether the next run's target is the same).
-    borrowed_from: Option<usize>,
     /// The tree of candidates the cache holds after [`Self::forward_tree`], until
     /// [`Self::keep_path`] or any other forward, truncation or clearing ends it.
     tree: Option<tree::TreeRegion>,
@@ -320,7 +138,7 @@ impl Transformer {
 
     /// Largest context this instance can run (RoPE tables and the model's own limit).
     pub fn max_context(&self) -> usize {
-        self.cos.dims()[0]
+        self.tensor.cos.dims()[0]
     }
 
     /// Forget everything: the next forward starts at position 0. The buffers are kept (their
@@ -344,14 +162,15 @@ impl Transformer {
             Projections::Fused { linear, .. } => f(linear),
             Projections::Separate(parts) => parts.iter().map(&f).sum(),
         };
-        let layers: usize = self.layers.iter().map(|l| proj(&l.qkv) + f(&l.wo) + proj(&l.gate_up) + f(&l.w_down)).sum();
+        let layers: usize =
+            self.tensor.layers.iter().map(|l| proj(&l.qkv) + f(&l.wo) + proj(&l.gate_up) + f(&l.w_down)).sum();
         layers + self.head.as_ref().map_or(0, &f)
     }
 
     pub fn clear(&mut self) -> Result<()> {
         self.n_cached = 0;
         self.tree = None;
-        if self.cache.is_empty() && !self.cpu_step {
+        if self.tensor.cache.is_empty() && !self.cpu_step {
             self.allocate_cache(INITIAL_CACHE.min(self.max_context()))?;
         }
         Ok(())
@@ -368,7 +187,7 @@ impl Transformer {
         let c = &self.config;
         let shape = (1, c.n_kv_head, capacity, c.head_dim);
         let mut cache = Vec::with_capacity(c.n_layer);
-        for old in self.cache.iter() {
+        for old in self.tensor.cache.iter() {
             let k = Tensor::zeros(shape, DType::F32, &self.device)?;
             let v = Tensor::zeros(shape, DType::F32, &self.device)?;
             if self.n_cached > 0 {
@@ -383,8 +202,8 @@ impl Transformer {
                 v: Tensor::zeros(shape, DType::F32, &self.device)?,
             });
         }
-        self.cache = cache;
-        self.cache_capacity = capacity;
+        self.tensor.cache = cache;
+        self.tensor.cache_capacity = capacity;
         Ok(())
     }
 
@@ -411,12 +230,12 @@ impl Transformer {
             )));
         }
         self.config.n_layer = n;
-        self.layers.truncate(n);
+        self.tensor.layers.truncate(n);
         if let Some(cpu) = self.cpu.as_mut() {
             cpu.layers.truncate(n);
         }
-        self.cache.clear();
-        self.cache_capacity = 0;
+        self.tensor.cache.clear();
+        self.tensor.cache_capacity = 0;
         self.n_cached = 0;
         self.clear()
     }
@@ -430,8 +249,8 @@ impl Transformer {
     /// cache. For comparing the two.
     pub fn set_cpu_step(&mut self, on: bool) -> Result<()> {
         self.cpu_step = on && self.cpu.is_some();
-        self.cache.clear();
-        self.cache_capacity = 0;
+        self.tensor.cache.clear();
+        self.tensor.cache_capacity = 0;
         self.n_cached = 0;
         self.clear()
     }
@@ -491,7 +310,7 @@ impl Transformer {
         self.tokens_alone()?;
         let Some(cpu) = self.cpu.as_mut() else { return Ok(None) };
         let x = self.embed.rows(tokens)?;
-        cpu.reserve(&self.config, pos + n_new, pos, self.cos.dims()[0]);
+        cpu.reserve(&self.config, pos + n_new, pos, self.tensor.cos.dims()[0]);
         let attend = match tree {
             Some(t) => t.attend(pos),
             None => cpu_step::Attend::Causal { pos },

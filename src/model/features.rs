@@ -3,10 +3,21 @@
 
 use super::*;
 
+/// What makes a model a feature draft: what it reads of its target, its input layers, the
+/// target whose embedding and head rows it borrowed.
+pub(super) struct FeatureDraft {
+    pub(super) spec: crate::gguf::FeatureDraftSpec,
+    /// Its input layers, where our kernels run them.
+    pub(super) input: Option<cpu_step::FeatureInput>,
+    /// The head matrix whose embedding and rows it borrowed (its address, to tell whether the
+    /// next run's target is the same).
+    pub(super) borrowed_from: Option<usize>,
+}
+
 impl Transformer {
     /// For a feature draft: the target blocks it reads, and the target shape it needs.
     pub fn feature_spec(&self) -> Option<&crate::gguf::FeatureDraftSpec> {
-        self.feature_spec.as_ref()
+        self.feature.as_ref().map(|f| &f.spec)
     }
 
     /// Keep the residual streams after `taps` from every forward (for a feature draft reading
@@ -64,7 +75,7 @@ impl Transformer {
         let pos = self.n_cached;
         let emb = self.embed.rows(tokens)?;
         let x = self.feature_input()?.input(&emb, feats);
-        let max = self.cos.dims()[0];
+        let max = self.tensor.cos.dims()[0];
         let Some(cpu) = self.cpu.as_mut() else {
             return Err(EngineError::InvalidSetting("feature draft needs the CPU step".into()));
         };
@@ -99,7 +110,7 @@ impl Transformer {
         let (region, rows) = self.grow_tree(n, parents)?;
         let emb = self.embed.rows(tokens)?;
         let x = self.feature_input()?.input(&emb, feats);
-        let (pos, max) = (self.n_cached, self.cos.dims()[0]);
+        let (pos, max) = (self.n_cached, self.tensor.cos.dims()[0]);
         let Some(cpu) = self.cpu.as_mut() else {
             return Err(EngineError::InvalidSetting("feature draft needs the CPU step".into()));
         };
@@ -129,7 +140,8 @@ impl Transformer {
             Weights::BatchedQ6(m) => std::sync::Arc::as_ptr(m) as usize,
             Weights::Candle(_) => 0,
         };
-        if key != 0 && self.borrowed_from == Some(key) {
+        let borrowed_from = self.feature.as_ref().and_then(|f| f.borrowed_from);
+        if key != 0 && borrowed_from == Some(key) {
             return Ok(());
         }
         if target.config.n_embd != self.config.n_embd {
@@ -155,13 +167,15 @@ impl Transformer {
         })?);
         self.restrict_head = true;
         self.embed = target.embed.clone();
-        self.borrowed_from = Some(key);
+        if let Some(f) = self.feature.as_mut() {
+            f.borrowed_from = Some(key);
+        }
         Ok(())
     }
 
     /// Whether this model runs on tokens alone (every model but a feature draft).
     pub(super) fn tokens_alone(&self) -> Result<()> {
-        match self.feature_spec {
+        match self.feature {
             Some(_) => Err(EngineError::InvalidSetting(
                 "this model is a feature draft: it reads the target's hidden states, so it runs only as the draft \
                  of a mentored or speculative run; pick an independent draft for draft-only runs"
@@ -172,7 +186,7 @@ impl Transformer {
     }
 
     pub(super) fn feature_input(&self) -> Result<&cpu_step::FeatureInput> {
-        self.features.as_ref().filter(|_| self.cpu_step).ok_or_else(|| {
+        self.feature.as_ref().and_then(|f| f.input.as_ref()).filter(|_| self.cpu_step).ok_or_else(|| {
             EngineError::InvalidSetting(
                 "this feature draft runs only on the CPU step with its matrices in Q8_0 or Q4".into(),
             )

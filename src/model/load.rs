@@ -447,7 +447,7 @@ impl Transformer {
     /// differ, which a load never does).
     pub fn kernel_isa(&self) -> Option<Isa> {
         let mut linears: Vec<&Linear> = self.head.iter().collect();
-        for layer in &self.layers {
+        for layer in &self.tensor.layers {
             for p in [&layer.qkv, &layer.gate_up] {
                 match p {
                     Projections::Fused { linear, .. } => linears.push(linear),
@@ -465,7 +465,7 @@ impl Transformer {
     /// use (then for good: the full head's memory is freed). Returns whether a restricted head was
     /// built (the head must be in the kernels).
     pub fn adopt_head_tokens(&mut self, tokens: Vec<u32>, on: bool) -> bool {
-        if self.head_tokens.is_some() || self.features.is_some() {
+        if self.head_tokens.is_some() || self.feature.is_some() {
             return false;
         }
         let Some(small) = self.head.as_ref().and_then(|h| small_head(h, &tokens)) else { return false };
@@ -521,34 +521,28 @@ impl Transformer {
         if let (true, Some(s)) = (restrict_head, &small_head) {
             weight_desc.push_str(&format!(", head restricted to {} frequent tokens", s.tokens.len()));
         }
-        let features = match &feature_spec {
-            Some(spec) => r.feature_input(&plan, spec, cpu.is_some())?,
+        let feature = match feature_spec {
+            Some(spec) => {
+                weight_desc.push_str(", feature draft");
+                let input = r.feature_input(&plan, &spec, cpu.is_some())?;
+                Some(features::FeatureDraft { spec, input, borrowed_from: None })
+            }
             None => None,
         };
-        if feature_spec.is_some() {
-            weight_desc.push_str(", feature draft");
-        }
         let mut model = Transformer {
             config: cfg,
             device: device.clone(),
             embed,
-            layers,
-            out_norm,
+            tensor: TensorPath { layers, out_norm, cos, sin, cache: Vec::new(), cache_capacity: 0 },
             head,
-            cos,
-            sin,
-            cache: Vec::new(),
-            cache_capacity: 0,
             n_cached: 0,
             weight_desc,
             cpu_step: cpu.is_some(),
             cpu,
             small_head,
             restrict_head,
-            feature_spec,
-            features,
+            feature,
             head_tokens,
-            borrowed_from: None,
             tree: None,
         };
         model.clear()?;

@@ -7,6 +7,17 @@ use crate::error::{EngineError, Result};
 use crate::gguf::{Arch, ModelConfig};
 use candle_core::{DType, Tensor};
 
+/// The tensor path's state: the blocks (their matrices shared with the CPU step), the final norm,
+/// the RoPE tables and the per-layer KV cache, as candle tensors on the model's device.
+pub(super) struct TensorPath {
+    pub(super) layers: Vec<Layer>,
+    pub(super) out_norm: Tensor, // (n_embd)
+    pub(super) cos: Tensor,      // (max_pos, head_dim / 2)
+    pub(super) sin: Tensor,      // (max_pos, head_dim / 2)
+    pub(super) cache: Vec<LayerCache>,
+    pub(super) cache_capacity: usize,
+}
+
 impl Transformer {
     /// The forward of `tokens` from cache row `n_cached` on: a chain, or the nodes of a tree
     /// (`tree`: each row's position and the rows it sees).
@@ -21,8 +32,8 @@ impl Transformer {
         if let Some(h) = self.cpu_step_hidden_at(tokens, tree)? {
             return self.head_logits(h, n_new);
         }
-        if pos + n_new > self.cache_capacity {
-            let mut cap = self.cache_capacity.max(1);
+        if pos + n_new > self.tensor.cache_capacity {
+            let mut cap = self.tensor.cache_capacity.max(1);
             while cap < pos + n_new {
                 cap *= 2;
             }
@@ -32,17 +43,17 @@ impl Transformer {
         let (cos, sin, mask) = match tree {
             None => {
                 let mask = if n_new > 1 { Some(self.causal_mask(pos, n_new)?) } else { None };
-                (self.cos.narrow(0, pos, n_new)?, self.sin.narrow(0, pos, n_new)?, mask)
+                (self.tensor.cos.narrow(0, pos, n_new)?, self.tensor.sin.narrow(0, pos, n_new)?, mask)
             }
             Some(t) => {
                 let at: Vec<u32> = t.pos.iter().map(|&p| p as u32).collect();
                 let at = Tensor::new(at.as_slice(), &self.device)?;
                 let mask = Some(self.tree_mask(t, pos + n_new)?);
-                (self.cos.index_select(&at, 0)?, self.sin.index_select(&at, 0)?, mask)
+                (self.tensor.cos.index_select(&at, 0)?, self.tensor.sin.index_select(&at, 0)?, mask)
             }
         };
         let eps = self.config.rms_eps as f32;
-        for (layer, cache) in self.layers.iter().zip(self.cache.iter()) {
+        for (layer, cache) in self.tensor.layers.iter().zip(self.tensor.cache.iter()) {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
             let attn = attention(&self.config, layer, cache, &h, pos, &cos, &sin, mask.as_ref())?;
             x = (x + attn)?;
@@ -54,7 +65,7 @@ impl Transformer {
             x = (x + layer.w_down.forward(&(gate * up)?)?)?;
         }
         self.n_cached = pos + n_new;
-        let x = candle_nn::ops::rms_norm(&x, &self.out_norm, eps)?;
+        let x = candle_nn::ops::rms_norm(&x, &self.tensor.out_norm, eps)?;
         if let (Some(s), true) = (&self.small_head, self.restrict_head) {
             let h = x.flatten_all()?.to_vec1::<f32>()?;
             return Ok(Tensor::from_vec(

@@ -117,7 +117,7 @@ impl Transformer {
         } else if !path.is_empty() {
             let at: Vec<u32> = from.iter().map(|&r| r as u32).collect();
             let at = Tensor::new(at.as_slice(), &self.device)?;
-            for c in &self.cache {
+            for c in &self.tensor.cache {
                 let k = c.k.index_select(&at, 2)?;
                 let v = c.v.index_select(&at, 2)?;
                 c.k.slice_set(&k, 2, region.start)?;
