@@ -147,12 +147,12 @@ impl super::MentorApp {
         // As the button says: a file deleted since is then the load's clear error.
         if self.fetched_pairs.contains(&pair) {
             let (target, draft) = pair.paths();
-            let weights = self.settings.models.weights;
+            let (weights, draft_weights) = (self.settings.models.weights, self.settings.models.draft_weights);
             self.queued.push(super::UiCommand::Load(ModelChoice {
                 target: Some(target),
                 draft,
                 weights,
-                draft_weights: None,
+                draft_weights,
             }));
             self.apply_queued();
         } else {
@@ -168,8 +168,8 @@ impl super::MentorApp {
         match outcome {
             FetchOutcome::Loaded(choice) => {
                 self.fetched_pairs.extend(pair);
-                let weights = self.settings.models.weights;
-                self.queued.push(super::UiCommand::Load(ModelChoice { weights, ..choice }));
+                let (weights, draft_weights) = (self.settings.models.weights, self.settings.models.draft_weights);
+                self.queued.push(super::UiCommand::Load(ModelChoice { weights, draft_weights, ..choice }));
                 self.send(super::engine_thread::EngineCommand::Discover);
             }
             FetchOutcome::Failed(e) => self.view.error = Some(e),
