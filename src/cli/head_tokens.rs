@@ -17,6 +17,11 @@ pub struct HeadTokensArgs {
     /// How many of the most frequent tokens to keep (the chat's control tokens are always kept).
     #[arg(long, default_value_t = 32768)]
     n: usize,
+    /// Folders or files whose every token is kept as well, beside the N most frequent of the
+    /// corpus: text the target itself wrote, say, so that the words of its answers stay
+    /// proposable however rare they are in the corpus.
+    #[arg(long, num_args = 1..)]
+    keep_all: Vec<PathBuf>,
     /// Where to write the list (default: beside the draft, `<draft>.head-tokens`, where loading
     /// the draft finds it).
     #[arg(long)]
@@ -34,7 +39,12 @@ pub fn head_tokens(args: HeadTokensArgs) -> Result<()> {
     let files = head_tokens::corpus_files(&args.corpus);
     eprintln!("counting the tokens of {} files…", files.len());
     let counts = head_tokens::count_tokens(&tokenizer, &files)?;
-    let always: Vec<u32> = tokenizer.inner.get_added_tokens_decoder().keys().copied().collect();
+    let mut always: Vec<u32> = tokenizer.inner.get_added_tokens_decoder().keys().copied().collect();
+    if !args.keep_all.is_empty() {
+        let kept = head_tokens::count_tokens(&tokenizer, &head_tokens::corpus_files(&args.keep_all))?;
+        always.extend((0..kept.len() as u32).filter(|&i| kept[i as usize] > 0));
+        eprintln!("keeping every one of {} distinct tokens of --keep-all", kept.iter().filter(|&&c| c > 0).count());
+    }
     let ids = head_tokens::choose(&counts, args.n, &always)?;
     let total: u64 = counts.iter().sum();
     let covered: u64 = ids.iter().map(|&i| counts[i as usize]).sum();
