@@ -15,8 +15,8 @@ cd "$(dirname "$0")/.."
 SAMPLES=${SAMPLES:-$HOME/.cache/mentor-lab/qwen-samples}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-cargo build --release
-BIN=target/release/mentor-lab
+cargo build
+BIN=target/debug/mentor-lab
 [ -f train/build/prompts_train.jsonl ] || python3 train/prompts.py
 python3 train/qwen_samples.py "$BIN" "$SAMPLES"
 python3 -m pip download --quiet --no-deps wordfreq==3.1.1 -d "$WORK"
