@@ -13,9 +13,10 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+mod drafting;
 mod request;
 mod speculative;
-pub use request::{DraftLen, GenerateRequest, TreeShape, MAX_TREE_WIDTH};
+pub use request::{Adaptive, Branches, DraftLen, Drafting, GenerateRequest, Lookup, TreeShape, Verify, MAX_TREE_WIDTH};
 pub use speculative::generate_speculative;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -39,7 +39,10 @@ pub mod vecmath;
 
 pub use engine::{load_model, Engine};
 pub use error::{EngineError, Result};
-pub use generate::{DraftLen, GenEvent, GenerateRequest, Generation, Mode, TokenInfo, TokenSource, TreeShape};
+pub use generate::{
+    Adaptive, Branches, DraftLen, Drafting, GenEvent, GenerateRequest, Generation, Lookup, Mode, TokenInfo,
+    TokenSource, TreeShape, Verify,
+};
 pub use mentor::{Coupling, MentorRule};
 pub use model::WeightFormat;
 pub use options::{EngineOptions, KernelPath};

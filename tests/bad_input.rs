@@ -5,7 +5,7 @@
 mod synthetic;
 
 use candle_core::Device;
-use mentor_lab::{load_model, Engine, EngineError, GenerateRequest, WeightFormat};
+use mentor_lab::{load_model, Engine, EngineError, GenerateRequest, Verify, WeightFormat};
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
 
@@ -100,8 +100,8 @@ fn invalid_settings_are_rejected() {
     let (_d, mut engine) = tiny_engine(256);
     let mut bad = vec![
         GenerateRequest { max_tokens: 0, ..Default::default() },
-        GenerateRequest { budget: 1.5, ..Default::default() },
-        GenerateRequest { budget: -0.1, ..Default::default() },
+        GenerateRequest { verify: Verify { budget: 1.5, ..Verify::default() }, ..Default::default() },
+        GenerateRequest { verify: Verify { budget: -0.1, ..Verify::default() }, ..Default::default() },
     ];
     let mut r = GenerateRequest::default();
     r.sampling.temperature = -1.0;
@@ -236,14 +236,18 @@ fn requests_outside_the_rules_range_are_invalid() {
         (MentorRule::Lenience, 0.0),
         (MentorRule::Lenience, f64::NAN),
     ] {
-        let req = GenerateRequest { prompt: "the rain".into(), rule, budget, ..Default::default() };
+        let req = GenerateRequest {
+            prompt: "the rain".into(),
+            verify: Verify { rule, budget, ..Verify::default() },
+            ..Default::default()
+        };
         match req.validate() {
             Err(EngineError::InvalidSetting(e)) => {
                 assert!(e.contains(rule.param().name) && e.contains("choose a budget"), "{rule}: {e}")
             }
             other => panic!("{rule} {budget}: {other:?}"),
         }
-        let fine = GenerateRequest { budget: rule.param().max, ..req };
+        let fine = GenerateRequest { verify: Verify { budget: rule.param().max, ..req.verify }, ..req };
         assert!(fine.validate().is_ok(), "{rule}");
     }
 }

@@ -14,6 +14,7 @@ use mentor_lab::app::engine_thread::{self, EngineCommand, EngineEvent, ModelChoi
 use mentor_lab::app::settings::Settings;
 use mentor_lab::app::{MentorApp, UiCommand};
 use mentor_lab::generate::{GenerateRequest, Mode};
+use mentor_lab::Verify;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -66,7 +67,8 @@ fn compare(driver: &mut Driver, run_id: u64, seed: u64) -> (usize, usize) {
         seed,
         ..GenerateRequest::default()
     };
-    let mentored = GenerateRequest { mode: Mode::Speculative, budget: 0.5, ..req.clone() };
+    let mentored =
+        GenerateRequest { mode: Mode::Speculative, verify: Verify { budget: 0.5, ..req.verify }, ..req.clone() };
     let cancel = Arc::new(AtomicBool::new(false));
     driver.send(EngineCommand::Compare { run_id, target: Some(req), mentored, cancel });
     driver.wait_done(run_id);

@@ -4,7 +4,7 @@
 
 use mentor_lab::fetch::FetchOptions;
 use mentor_lab::pairs::Pair;
-use mentor_lab::{DraftLen, Engine, EngineOptions, GenerateRequest, Generation, Mode, SamplingParams};
+use mentor_lab::{DraftLen, Engine, EngineOptions, GenerateRequest, Generation, Mode, SamplingParams, Verify};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, OnceLock};
 
@@ -31,8 +31,8 @@ fn request(mode: Mode, draft_len: DraftLen, budget: f64) -> GenerateRequest {
         max_tokens: 32,
         ignore_eos: true,
         mode,
-        draft_len,
-        budget,
+        verify: Verify { budget, ..Verify::default() },
+        drafting: draft_len.into(),
         ..GenerateRequest::default()
     }
 }
@@ -107,7 +107,10 @@ fn every_rule_at_no_relaxation_writes_the_target_only_text() {
     let plain = run(&mut engine, &request(Mode::Target, DraftLen::Fixed(4), 0.0));
     for rule in mentor_lab::MentorRule::ALL {
         let Some(lossless) = rule.param().lossless else { continue };
-        let req = GenerateRequest { rule, ..request(Mode::Speculative, DraftLen::Fixed(4), lossless) };
+        let req = GenerateRequest {
+            verify: Verify { rule, ..request(Mode::Speculative, DraftLen::Fixed(4), lossless).verify },
+            ..request(Mode::Speculative, DraftLen::Fixed(4), lossless)
+        };
         assert_eq!(ids(&run(&mut engine, &req)), ids(&plain), "{rule} at {lossless}");
     }
 }

@@ -3,7 +3,7 @@
 
 use mentor_lab::fetch::FetchOptions;
 use mentor_lab::pairs::Pair;
-use mentor_lab::{DraftLen, Engine, EngineOptions, GenerateRequest, Mode};
+use mentor_lab::{Drafting, Engine, EngineOptions, GenerateRequest, Mode};
 use std::sync::atomic::AtomicBool;
 
 /// The peak resident set (Linux's VmHWM), in bytes.
@@ -24,7 +24,7 @@ fn the_loaded_pair_takes_at_most_1_16x_its_files_plus_the_kv_cache() {
         prompt: "Write a Python function that checks whether a string is a palindrome.".into(),
         max_tokens: 32,
         mode: Mode::Speculative,
-        draft_len: DraftLen::Fixed(4),
+        drafting: Drafting::Chain(4),
         ..GenerateRequest::default()
     };
     let g = engine.generate(&req, &AtomicBool::new(false), &mut |_| {}).unwrap();

@@ -8,7 +8,9 @@ mod synthetic;
 
 use candle_core::Device;
 use mentor_lab::adaptive::FixedCosts;
-use mentor_lab::{load_model, Coupling, DraftLen, Engine, GenerateRequest, MentorRule, Mode, TreeShape, WeightFormat};
+use mentor_lab::{
+    load_model, Coupling, Drafting, Engine, GenerateRequest, MentorRule, Mode, TreeShape, Verify, WeightFormat,
+};
 use std::sync::atomic::AtomicBool;
 
 fn pair() -> (tempfile::TempDir, Engine) {
@@ -28,7 +30,6 @@ fn base() -> GenerateRequest {
         max_tokens: 24,
         ignore_eos: true,
         seed: 11,
-        costs: Some(FixedCosts::default_pair(0.01)),
         ..GenerateRequest::default()
     }
 }
@@ -43,16 +44,17 @@ fn at_no_relaxation_every_rule_writes_the_target_only_text() {
     let (_dir, mut engine) = pair();
     let target = ids(&mut engine, &base());
     assert_eq!(target.len(), 24);
-    let shapes: [(DraftLen, Option<TreeShape>); 3] = [
-        (DraftLen::Fixed(4), None),
-        (DraftLen::Auto, None),
-        (DraftLen::Fixed(3), Some(TreeShape { width: 2, depth: 3 })),
+    let shapes = [
+        Drafting::Chain(4),
+        Drafting::adaptive().with_costs(Some(FixedCosts::default_pair(0.01))),
+        Drafting::Tree(TreeShape { width: 2, depth: 3 }),
     ];
     for rule in MentorRule::ALL {
         let Some(lossless) = rule.param().lossless else { continue };
-        for (draft_len, tree) in shapes {
-            let req = GenerateRequest { mode: Mode::Speculative, rule, budget: lossless, draft_len, tree, ..base() };
-            assert_eq!(ids(&mut engine, &req), target, "{rule}, {draft_len}, {tree:?}");
+        for drafting in shapes {
+            let req =
+                GenerateRequest { mode: Mode::Speculative, verify: Verify::rule(rule, lossless), drafting, ..base() };
+            assert_eq!(ids(&mut engine, &req), target, "{rule}, {drafting:?}");
         }
     }
 }
@@ -64,7 +66,12 @@ fn every_rule_runs_to_the_end_under_both_couplings() {
         let param = rule.param();
         for coupling in [Coupling::SameSeed, Coupling::MaxAcceptance] {
             for budget in [param.min, 0.5 * (param.min + param.max), param.max] {
-                let req = GenerateRequest { mode: Mode::Speculative, rule, budget, coupling, ..base() };
+                let req = GenerateRequest {
+                    mode: Mode::Speculative,
+                    coupling,
+                    verify: Verify { rule, budget, ..base().verify },
+                    ..base()
+                };
                 let g = engine.generate(&req, &AtomicBool::new(false), &mut |_| {}).unwrap();
                 let what = format!("{rule} = {budget}, {coupling}");
                 assert_eq!(g.tokens.len(), 24, "{what}");
@@ -82,13 +89,11 @@ fn every_rule_runs_to_the_end_under_both_couplings() {
 fn drafted_tokens_carry_the_rules_own_quantities() {
     let (_dir, mut engine) = pair();
     for (rule, budget, key) in [(MentorRule::Cascade, 0.2, "max q"), (MentorRule::Typical, 0.3, "τ")] {
-        for tree in [None, Some(TreeShape { width: 2, depth: 3 })] {
+        for drafting in [Drafting::Chain(3), Drafting::Tree(TreeShape { width: 2, depth: 3 })] {
             let req = GenerateRequest {
                 mode: Mode::Speculative,
-                rule,
-                budget,
-                draft_len: DraftLen::Fixed(3),
-                tree,
+                verify: Verify::rule(rule, budget),
+                drafting,
                 n_top: 4,
                 ..base()
             };
@@ -98,7 +103,7 @@ fn drafted_tokens_carry_the_rules_own_quantities() {
             for t in drafted {
                 assert!(
                     t.rule_notes.iter().any(|(k, v)| k == key && v.is_finite()),
-                    "{rule} {tree:?}: {:?}",
+                    "{rule} {drafting:?}: {:?}",
                     t.rule_notes
                 );
             }

@@ -9,7 +9,7 @@ mod synthetic;
 use candle_core::quantized::GgmlDType;
 use candle_core::Device;
 use mentor_lab::sampling::argmax;
-use mentor_lab::{load_model, Engine, GenerateRequest, SamplingParams, WeightFormat};
+use mentor_lab::{load_model, Drafting, Engine, GenerateRequest, SamplingParams, Verify, WeightFormat};
 use std::sync::atomic::AtomicBool;
 
 fn chunk_equals_steps(spec: synthetic::Spec, format: WeightFormat, tol: f32) {
@@ -236,7 +236,7 @@ fn padded_pair(
 /// same-seed coupling writes the target's own text.
 #[test]
 fn vocabularies_that_differ_only_by_padding_pair_up() {
-    use mentor_lab::{DraftLen, Mode};
+    use mentor_lab::Mode;
     let dir = tempfile::tempdir().unwrap();
     let (target, draft) = padded_pair(dir.path(), 128, false);
     let n_draft = draft.tokenizer.vocab_size();
@@ -256,7 +256,12 @@ fn vocabularies_that_differ_only_by_padding_pair_up() {
         seed: 7,
         ..Default::default()
     };
-    let spec = GenerateRequest { mode: Mode::Speculative, draft_len: DraftLen::Fixed(4), budget: 0.0, ..plain.clone() };
+    let spec = GenerateRequest {
+        mode: Mode::Speculative,
+        verify: Verify { budget: 0.0, ..plain.verify },
+        drafting: Drafting::Chain(4),
+        ..plain.clone()
+    };
     let cancel = AtomicBool::new(false);
     let a = engine.generate(&plain, &cancel, &mut |_| {}).unwrap();
     let b = engine.generate(&spec, &cancel, &mut |_| {}).unwrap();
@@ -285,7 +290,7 @@ fn extra_real_tokens_are_a_vocabulary_mismatch() {
 #[test]
 fn a_head_token_list_beside_the_draft_restricts_its_head() {
     use mentor_lab::engine::{DraftUse, ModelChoice};
-    use mentor_lab::{DraftLen, EngineOptions, Mode};
+    use mentor_lab::{EngineOptions, Mode};
     let dir = tempfile::tempdir().unwrap();
     let (target, draft) = (dir.path().join("target.gguf"), dir.path().join("draft.gguf"));
     synthetic::write(&target, &synthetic::Spec { dtype: GgmlDType::Q8_0, ..Default::default() });
@@ -307,7 +312,7 @@ fn a_head_token_list_beside_the_draft_restricts_its_head() {
         ignore_eos: true,
         ..Default::default()
     };
-    let spec = GenerateRequest { mode: Mode::Speculative, draft_len: DraftLen::Fixed(3), ..plain.clone() };
+    let spec = GenerateRequest { mode: Mode::Speculative, drafting: Drafting::Chain(3), ..plain.clone() };
     let cancel = AtomicBool::new(false);
     let ids = |g: mentor_lab::Generation| g.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
     let a = ids(engine.generate(&plain, &cancel, &mut |_| {}).unwrap());

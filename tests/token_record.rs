@@ -13,8 +13,8 @@ use common::load_target;
 use mentor_lab::adaptive::FixedCosts;
 use mentor_lab::generate::LoadedModel;
 use mentor_lab::{
-    load_model, Coupling, DraftLen, Engine, GenerateRequest, MentorRule, Mode, SamplingParams, TokenSource, TreeShape,
-    WeightFormat,
+    load_model, Adaptive, Branches, Coupling, Drafting, Engine, GenerateRequest, MentorRule, Mode, SamplingParams,
+    TokenSource, TreeShape, Verify, WeightFormat,
 };
 use std::sync::atomic::AtomicBool;
 
@@ -56,34 +56,84 @@ fn runs(feature: bool) -> Vec<(String, GenerateRequest)> {
         ignore_eos: true,
         seed: 5,
         mode: Mode::Speculative,
-        draft_len: DraftLen::Fixed(4),
+        drafting: Drafting::Chain(4),
         ..GenerateRequest::default()
     };
     let mut out = Vec::new();
     for (pname, prompt) in [("story", STORY), ("code", CODE)] {
         let at = |r: GenerateRequest| GenerateRequest { prompt: prompt.into(), ..r };
         let max_acc = Coupling::MaxAcceptance;
-        let tree = Some(TreeShape { width: 3, depth: 4 });
-        let auto = GenerateRequest { draft_len: DraftLen::Auto, costs: Some(cheap_rows), ..base.clone() };
+        let tree = TreeShape { width: 3, depth: 4 };
+        let adaptive = Adaptive { costs: Some(cheap_rows), ..Adaptive::default() };
+        let auto = GenerateRequest { drafting: Drafting::Adaptive(adaptive), ..base.clone() };
+        let side = Drafting::Adaptive(Adaptive { branches: Branches::SideOffers, ..adaptive });
+        let auto_tree = Drafting::Adaptive(Adaptive { branches: Branches::Tree(tree), ..adaptive });
         let mut add = |n: &str, r: GenerateRequest| {
             out.push((format!("{}/{pname}/{n}", ["ind", "feat"][feature as usize]), at(r)))
         };
         add("chain-d0", base.clone());
-        add("chain-tv0.5", GenerateRequest { budget: 0.5, ..base.clone() });
-        add("chain-tv1-k8", GenerateRequest { budget: 1.0, draft_len: DraftLen::Fixed(8), ..base.clone() });
-        add("chain-maxacc-tv0.5", GenerateRequest { budget: 0.5, coupling: max_acc, ..base.clone() });
+        add("chain-tv0.5", GenerateRequest { verify: Verify { budget: 0.5, ..base.verify }, ..base.clone() });
+        add(
+            "chain-tv1-k8",
+            GenerateRequest {
+                verify: Verify { budget: 1.0, ..base.verify },
+                drafting: Drafting::Chain(8),
+                ..base.clone()
+            },
+        );
+        add(
+            "chain-maxacc-tv0.5",
+            GenerateRequest { coupling: max_acc, verify: Verify { budget: 0.5, ..base.verify }, ..base.clone() },
+        );
         add("chain-maxacc-d0", GenerateRequest { coupling: max_acc, ..base.clone() });
-        add("chain-nobonus-tv0.3", GenerateRequest { budget: 0.3, bonus: false, ..base.clone() });
-        add("chain-cascade0.2", GenerateRequest { rule: MentorRule::Cascade, budget: 0.2, ..base.clone() });
-        add("chain-lenience0.5", GenerateRequest { rule: MentorRule::Lenience, budget: 0.5, ..base.clone() });
+        add(
+            "chain-nobonus-tv0.3",
+            GenerateRequest { verify: Verify { budget: 0.3, bonus: false, ..base.verify }, ..base.clone() },
+        );
+        add(
+            "chain-cascade0.2",
+            GenerateRequest {
+                verify: Verify { rule: MentorRule::Cascade, budget: 0.2, ..base.verify },
+                ..base.clone()
+            },
+        );
+        add(
+            "chain-lenience0.5",
+            GenerateRequest {
+                verify: Verify { rule: MentorRule::Lenience, budget: 0.5, ..base.verify },
+                ..base.clone()
+            },
+        );
         add("auto-d0", auto.clone());
-        add("auto-tv0.5", GenerateRequest { budget: 0.5, ..auto.clone() });
-        add("auto-side-d0", GenerateRequest { side_offers: true, ..auto.clone() });
-        add("auto-side-tv0.5", GenerateRequest { side_offers: true, budget: 0.5, bonus: false, ..auto.clone() });
-        add("tree-d0", GenerateRequest { tree, ..base.clone() });
-        add("tree-tv0.5", GenerateRequest { tree, budget: 0.5, ..base.clone() });
-        add("tree-maxacc-tv0.5", GenerateRequest { tree, budget: 0.5, coupling: max_acc, ..base.clone() });
-        add("tree-auto-d0", GenerateRequest { tree, ..auto.clone() });
+        add("auto-tv0.5", GenerateRequest { verify: Verify { budget: 0.5, ..auto.verify }, ..auto.clone() });
+        add("auto-side-d0", GenerateRequest { drafting: side, ..auto.clone() });
+        add(
+            "auto-side-tv0.5",
+            GenerateRequest {
+                drafting: side,
+                verify: Verify { budget: 0.5, bonus: false, ..auto.verify },
+                ..auto.clone()
+            },
+        );
+        add("tree-d0", GenerateRequest { drafting: Drafting::Tree(tree), ..base.clone() });
+        add(
+            "tree-tv0.5",
+            GenerateRequest {
+                drafting: Drafting::Tree(tree),
+                verify: Verify { budget: 0.5, ..base.verify },
+                ..base.clone()
+            },
+        );
+        add(
+            "tree-maxacc-tv0.5",
+            GenerateRequest {
+                drafting: Drafting::Tree(tree),
+                verify: Verify { budget: 0.5, ..base.verify },
+                coupling: max_acc,
+                ..base.clone()
+            },
+        );
+        add("tree-auto-d0", GenerateRequest { drafting: auto_tree, ..auto.clone() });
     }
     out
 }

@@ -10,9 +10,20 @@ mod stats;
 use common::{draft_path, load_target};
 use mentor_lab::generate::LoadedModel;
 use mentor_lab::{
-    load_model, Coupling, DraftLen, Engine, EngineError, GenerateRequest, Mode, SamplingParams, TreeShape, WeightFormat,
+    load_model, Adaptive, Branches, Coupling, Drafting, Engine, EngineError, GenerateRequest, Lookup, Mode,
+    SamplingParams, TreeShape, Verify, WeightFormat,
 };
 use std::sync::atomic::AtomicBool;
+
+/// `drafting` with branches of `branches`: a fixed tree for a tree shape outside the adaptive
+/// policy, else the policy's own options with these branches.
+fn branched(drafting: Drafting, branches: Branches) -> Drafting {
+    match (drafting, branches) {
+        (Drafting::Adaptive(a), _) => Drafting::Adaptive(Adaptive { branches, ..a }),
+        (_, Branches::Tree(shape)) => Drafting::Tree(shape),
+        (other, _) => other,
+    }
+}
 
 const PROMPT: &str = "Write a short story about a lighthouse keeper who finds a message in a bottle.";
 
@@ -173,15 +184,19 @@ fn same_seed_trees_emit_the_text_of_chains() {
             let (want, _) = ids(&mut engine, &base);
             for budget in [0.0, 0.5, 1.0] {
                 let bonus = budget == 0.0;
-                let spec = GenerateRequest { mode: Mode::Speculative, budget, bonus, ..base.clone() };
+                let spec = GenerateRequest {
+                    mode: Mode::Speculative,
+                    verify: Verify { budget, bonus, ..base.verify },
+                    ..base.clone()
+                };
                 let (chain, chain_stats) =
-                    ids(&mut engine, &GenerateRequest { draft_len: DraftLen::Fixed(6), ..spec.clone() });
+                    ids(&mut engine, &GenerateRequest { drafting: Drafting::Chain(6), ..spec.clone() });
                 if budget == 0.0 {
                     assert_eq!(chain, want, "{name}: chain vs target-only, seed {seed}");
                 }
                 for shape in ["1x6", "3x6", "2x4"] {
-                    let tree = Some(shape.parse::<TreeShape>().unwrap());
-                    let (got, stats) = ids(&mut engine, &GenerateRequest { tree, ..spec.clone() });
+                    let drafting = Drafting::Tree(shape.parse::<TreeShape>().unwrap());
+                    let (got, stats) = ids(&mut engine, &GenerateRequest { drafting, ..spec.clone() });
                     let at = format!("{name}: tree {shape}, D = {budget}, seed {seed}");
                     // The feature draft's q at a position depends on where its round began (the
                     // target's features before, its own predictions after), so at D > 0 its text
@@ -218,12 +233,14 @@ fn same_seed_trees_emit_the_text_of_chains() {
 /// Tree shapes are parsed and checked, under either coupling.
 #[test]
 fn tree_shapes_are_parsed_and_checked() {
-    let tree = Some(TreeShape { width: 2, depth: 4 });
+    let drafting = Drafting::Tree(TreeShape { width: 2, depth: 4 });
     for coupling in [Coupling::SameSeed, Coupling::MaxAcceptance] {
-        assert!(GenerateRequest { mode: Mode::Speculative, tree, coupling, ..Default::default() }.validate().is_ok());
+        assert!(GenerateRequest { mode: Mode::Speculative, drafting, coupling, ..Default::default() }
+            .validate()
+            .is_ok());
     }
-    let wide = Some(TreeShape { width: 9, depth: 4 });
-    let e = GenerateRequest { mode: Mode::Speculative, tree: wide, ..Default::default() }.validate().unwrap_err();
+    let wide = Drafting::Tree(TreeShape { width: 9, depth: 4 });
+    let e = GenerateRequest { mode: Mode::Speculative, drafting: wide, ..Default::default() }.validate().unwrap_err();
     assert!(e.to_string().contains("9x4"), "{e}");
     assert!("9x2".parse::<TreeShape>().unwrap_err().contains("WIDTHxDEPTH"));
     assert!("3,4".parse::<TreeShape>().is_err());
@@ -247,14 +264,13 @@ fn side_offers_keep_the_text_and_settle_more_per_round() {
             ignore_eos: true,
             seed: 23,
             mode: Mode::Speculative,
-            draft_len: DraftLen::Auto,
-            costs: Some(cheap_rows),
+            drafting: Drafting::Adaptive(Adaptive { costs: Some(cheap_rows), ..Adaptive::default() }),
             ..GenerateRequest::default()
         };
         let (want, _) = ids(&mut engine, &GenerateRequest { mode: Mode::Target, ..base.clone() });
         let (chain, chain_stats) = ids(&mut engine, &base);
         assert_eq!(chain, want, "{name}");
-        let side = GenerateRequest { side_offers: true, ..base.clone() };
+        let side = GenerateRequest { drafting: branched(base.drafting, Branches::SideOffers), ..base.clone() };
         let mut side_rounds = 0;
         let g = engine
             .generate(&side, &AtomicBool::new(false), &mut |ev| {
@@ -267,9 +283,12 @@ fn side_offers_keep_the_text_and_settle_more_per_round() {
         assert_eq!(got, want, "{name}: side offers changed the text at D = 0");
         assert!(g.stats.n_drafted > chain_stats.n_drafted, "{name}: no side offer was verified");
         assert!(side_rounds > 0, "{name}: no round settled a side offer");
-        let mentored = GenerateRequest { budget: 0.5, bonus: false, ..base };
+        let mentored = GenerateRequest { verify: Verify { budget: 0.5, bonus: false, ..base.verify }, ..base };
         let (chain, _) = ids(&mut engine, &mentored);
-        let (got, _) = ids(&mut engine, &GenerateRequest { side_offers: true, ..mentored });
+        let (got, _) = ids(
+            &mut engine,
+            &GenerateRequest { drafting: branched(mentored.drafting, Branches::SideOffers), ..mentored },
+        );
         assert_eq!(got, chain, "{name}: side offers changed the mentored text");
     }
 }
@@ -289,16 +308,18 @@ fn adaptive_trees_follow_the_policy() {
             ignore_eos: true,
             seed: 29,
             mode: Mode::Speculative,
-            draft_len: DraftLen::Auto,
-            lookup: false,
-            costs: Some(FixedCosts::default_pair(0.01)),
+            drafting: Drafting::Adaptive(Adaptive {
+                lookup: Lookup::from_flags(false, true),
+                costs: Some(FixedCosts::default_pair(0.01)),
+                ..Adaptive::default()
+            }),
             ..GenerateRequest::default()
         };
         let (want, _) = ids(&mut engine, &GenerateRequest { mode: Mode::Target, ..base.clone() });
         let (chain, chain_stats) = ids(&mut engine, &base);
         assert_eq!(chain, want, "{name}: adaptive chain vs target-only");
-        let one_wide = Some(TreeShape { width: 1, depth: 16 });
-        let (got, stats) = ids(&mut engine, &GenerateRequest { tree: one_wide, ..base.clone() });
+        let one_wide = branched(base.drafting, Branches::Tree(TreeShape { width: 1, depth: 16 }));
+        let (got, stats) = ids(&mut engine, &GenerateRequest { drafting: one_wide, ..base.clone() });
         assert_eq!(got, want, "{name}: one-wide adaptive tree vs target-only");
         assert_eq!(
             (stats.n_rounds, stats.n_drafted, stats.n_accepted),
@@ -306,9 +327,10 @@ fn adaptive_trees_follow_the_policy() {
             "{name}: a one-wide adaptive tree is not the adaptive chain"
         );
         let cheap = Some(FixedCosts { draft_token_s: 0.001, verify_base_s: 0.0095, verify_row_s: 0.0005 });
-        let (_, cheap_chain) = ids(&mut engine, &GenerateRequest { costs: cheap, ..base.clone() });
-        let wide = Some(TreeShape { width: 3, depth: 16 });
-        let (got, stats) = ids(&mut engine, &GenerateRequest { tree: wide, costs: cheap, ..base.clone() });
+        let (_, cheap_chain) =
+            ids(&mut engine, &GenerateRequest { drafting: base.drafting.with_costs(cheap), ..base.clone() });
+        let wide = branched(base.drafting.with_costs(cheap), Branches::Tree(TreeShape { width: 3, depth: 16 }));
+        let (got, stats) = ids(&mut engine, &GenerateRequest { drafting: wide, ..base.clone() });
         eprintln!(
             "{name}: adaptive tree {} rounds, {} verified, {} accepted; chain {} rounds, {} drafted, {} accepted",
             stats.n_rounds,
@@ -324,12 +346,10 @@ fn adaptive_trees_follow_the_policy() {
         // are verified and settled, and the text stays the target's.
         let repeats = GenerateRequest {
             prompt: "Copy this list three times: apple, banana, cherry, date, elderberry, fig, grape.".into(),
-            lookup: true,
-            tree: wide,
-            costs: cheap,
+            drafting: wide.with_lookup(Lookup::StartAndTail),
             ..base.clone()
         };
-        let (want, _) = ids(&mut engine, &GenerateRequest { mode: Mode::Target, tree: None, ..repeats.clone() });
+        let (want, _) = ids(&mut engine, &GenerateRequest { mode: Mode::Target, ..repeats.clone() });
         let (got, stats) = ids(&mut engine, &repeats);
         eprintln!("{name}: copies {} verified, {} settled", stats.n_copied, stats.n_copied_accepted);
         assert_eq!(got, want, "{name}: adaptive tree with copies vs target-only");
@@ -354,22 +374,19 @@ fn max_acceptance_trees_are_chains_one_wide_and_take_runners_up_wider() {
                 seed: 41,
                 mode: Mode::Speculative,
                 coupling: Coupling::MaxAcceptance,
-                budget,
+                verify: Verify { budget, ..Verify::default() },
                 ..GenerateRequest::default()
             };
-            let fixed = GenerateRequest { draft_len: DraftLen::Fixed(6), ..base.clone() };
-            let adaptive = GenerateRequest {
-                draft_len: DraftLen::Auto,
-                lookup: false,
-                costs: Some(FixedCosts::default_pair(0.01)),
-                ..base.clone()
-            };
+            let fixed = GenerateRequest { drafting: Drafting::Chain(6), ..base.clone() };
+            let policy =
+                Adaptive { lookup: Lookup::Off, costs: Some(FixedCosts::default_pair(0.01)), ..Adaptive::default() };
+            let adaptive = GenerateRequest { drafting: Drafting::Adaptive(policy), ..base.clone() };
             for (kind, chain_req) in [("fixed", fixed), ("adaptive", adaptive)] {
                 let at = format!("{name}, {kind}, D = {budget}");
                 let (chain, chain_stats) = ids(&mut engine, &chain_req);
                 let depth = if kind == "fixed" { 6 } else { 16 };
-                let one_wide = Some(TreeShape { width: 1, depth });
-                let (got, stats) = ids(&mut engine, &GenerateRequest { tree: one_wide, ..chain_req.clone() });
+                let one_wide = branched(chain_req.drafting, Branches::Tree(TreeShape { width: 1, depth }));
+                let (got, stats) = ids(&mut engine, &GenerateRequest { drafting: one_wide, ..chain_req.clone() });
                 assert_eq!(got, chain, "{at}: a one-wide tree emits another text than the chain");
                 assert_eq!(
                     (stats.n_rounds, stats.n_drafted, stats.n_accepted),
@@ -390,13 +407,13 @@ fn max_acceptance_trees_are_chains_one_wide_and_take_runners_up_wider() {
                 seed,
                 mode: Mode::Speculative,
                 coupling: Coupling::MaxAcceptance,
-                draft_len: DraftLen::Fixed(4),
+                drafting: Drafting::Chain(4),
                 ..GenerateRequest::default()
             };
             chain_rounds += ids(&mut engine, &base).1.n_rounds;
-            let tree = Some(TreeShape { width: 3, depth: 4 });
+            let drafting = Drafting::Tree(TreeShape { width: 3, depth: 4 });
             let g = engine
-                .generate(&GenerateRequest { tree, ..base.clone() }, &AtomicBool::new(false), &mut |ev| {
+                .generate(&GenerateRequest { drafting, ..base.clone() }, &AtomicBool::new(false), &mut |ev| {
                     if let GenEvent::Token(t) = ev {
                         let runner_up = t.source == TokenSource::DraftAccepted && t.drafted != Some(t.id);
                         runner_up_taken += usize::from(runner_up);
@@ -445,7 +462,7 @@ fn max_acceptance_trees_emit_the_targets_distribution() {
             seed,
             mode: Mode::Speculative,
             coupling: Coupling::MaxAcceptance,
-            tree: Some(TreeShape { width: 3, depth: 1 }),
+            drafting: Drafting::Tree(TreeShape { width: 3, depth: 1 }),
             ..GenerateRequest::default()
         };
         let g = engine.generate(&req, &AtomicBool::new(false), &mut |_| {}).unwrap();

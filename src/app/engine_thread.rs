@@ -67,7 +67,7 @@ pub enum EngineCommand {
         base: GenerateRequest,
         /// (rule, its parameter) points, each run at every draft length.
         grid: Vec<(crate::mentor::MentorRule, f64)>,
-        draft_lens: Vec<DraftLen>,
+        draftings: Vec<crate::generate::Drafting>,
         seeds: Vec<u64>,
         cancel: Arc<AtomicBool>,
     },
@@ -353,9 +353,9 @@ impl Worker {
                     self.current_run = None;
                     out.send(EngineEvent::Done { run_id });
                 }
-                EngineCommand::Sweep { run_id, base, grid, draft_lens, seeds, cancel } => {
+                EngineCommand::Sweep { run_id, base, grid, draftings, seeds, cancel } => {
                     self.current_run = Some(run_id);
-                    self.sweep(run_id, &base, (&grid, &draft_lens, &seeds), &cancel, out);
+                    self.sweep(run_id, &base, (&grid, &draftings, &seeds), &cancel, out);
                     self.current_run = None;
                     out.send(EngineEvent::Done { run_id });
                 }

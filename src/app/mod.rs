@@ -310,7 +310,8 @@ impl MentorApp {
         let total = seeds.len() * (1 + grid.len() * draft_lens.len());
         self.view.sweep = view::SweepView { run_id: Some(run_id), total, ..Default::default() };
         let base = self.settings.mentored_request();
-        self.send(EngineCommand::Sweep { run_id, base, grid, draft_lens, seeds, cancel });
+        let draftings = draft_lens.iter().map(|&len| self.settings.drafting(len)).collect();
+        self.send(EngineCommand::Sweep { run_id, base, grid, draftings, seeds, cancel });
     }
 
     fn start_experiment(&mut self) {

@@ -1,7 +1,7 @@
 //! What the user set, saved across restarts (separate from runtime state).
 
 use super::engine_thread::ModelChoice;
-use crate::generate::{DraftLen, GenerateRequest, Mode, TreeShape, MAX_TREE_WIDTH};
+use crate::generate::{DraftLen, Drafting, GenerateRequest, Lookup, Mode, TreeShape, Verify, MAX_TREE_WIDTH};
 use crate::mentor::{Coupling, MentorRule};
 use crate::sampling::SamplingParams;
 use serde::{Deserialize, Serialize};
@@ -160,13 +160,18 @@ impl Settings {
         }
     }
 
-    /// The tree each round drafts, where one is asked for: as wide as set, as deep as the draft
-    /// length.
-    pub fn tree(&self) -> Option<TreeShape> {
-        self.tree.then(|| TreeShape {
-            width: self.tree_width.clamp(2, MAX_TREE_WIDTH),
-            depth: self.draft_len.clamp(1, crate::adaptive::MAX_DRAFT_LEN),
-        })
+    /// What the mentored pane drafts at draft length `len`: a tree as wide as set (as deep as
+    /// `len`, or as the draft length under the adaptive policy) where one is asked for, else a
+    /// chain; side offers and copying where the adaptive policy drafts a chain.
+    pub fn drafting(&self, len: DraftLen) -> Drafting {
+        let depth = match len {
+            DraftLen::Fixed(k) => k,
+            DraftLen::Auto => self.draft_len.clamp(1, crate::adaptive::MAX_DRAFT_LEN),
+        };
+        let tree = self.tree.then(|| TreeShape { width: self.tree_width.clamp(2, MAX_TREE_WIDTH), depth });
+        let side_offers = self.side_offers && len == DraftLen::Auto && tree.is_none();
+        let lookup = if self.lookup { Lookup::StartAndTail } else { Lookup::Off };
+        Drafting::from_controls(len, tree, side_offers, lookup).unwrap_or_default()
     }
 
     /// The request of the "Target only" pane.
@@ -194,13 +199,8 @@ impl Settings {
     pub fn mentored_request(&self) -> GenerateRequest {
         GenerateRequest {
             mode: Mode::Speculative,
-            budget: self.budget,
-            rule: self.rule,
-            draft_len: self.draft_len(),
-            bonus: self.bonus,
-            lookup: self.lookup,
-            side_offers: self.side_offers,
-            tree: self.tree(),
+            verify: Verify { rule: self.rule, budget: self.budget, bonus: self.bonus },
+            drafting: self.drafting(self.draft_len()),
             ..self.target_request()
         }
     }
@@ -209,12 +209,13 @@ impl Settings {
     pub fn mentored_label(&self) -> String {
         let rule = self.rule.label();
         let copy = if self.adaptive && !self.lookup { ", no copying" } else { "" };
-        let coupling = match (self.coupling, self.side_offers) {
+        let side_offers = self.drafting(self.draft_len()).side_offers();
+        let coupling = match (self.coupling, side_offers) {
             (Coupling::SameSeed, false) => "",
             (Coupling::SameSeed, true) => ", runners-up",
             (Coupling::MaxAcceptance, _) => ", max-acceptance",
         };
-        let shape = match self.tree() {
+        let shape = match self.drafting(self.draft_len()).tree() {
             Some(t) => format!("tree {t}"),
             None => format!("k={}", self.draft_len()),
         };

@@ -69,8 +69,8 @@ fn mentor_ui(s: &mut Settings, ui: &mut egui::Ui) {
         .response
         .on_hover_text("Where the last tokens occurred before, propose what followed them (no draft forward); the policy uses it only where its measured acceptance pays. Copied tokens are highlighted apart.");
     ui.checkbox(&mut s.bonus, "bonus token after a fully accepted round");
-    ui.add_enabled_ui(s.coupling == Coupling::SameSeed, |ui| {
-        ui.checkbox(&mut s.side_offers, "same seed: also verify the draft's runners-up")
+    ui.add_enabled_ui(s.coupling == Coupling::SameSeed && s.adaptive && !s.tree, |ui| {
+        ui.checkbox(&mut s.side_offers, "adaptive chain: also verify the draft's runners-up")
     })
     .response
     .on_hover_text(

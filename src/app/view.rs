@@ -2,7 +2,7 @@
 //! math here; the engine computed every number.
 
 use super::engine_thread::{EngineEvent, ExperimentRun, Pane};
-use crate::generate::{DraftLen, GenerateRequest, Mode, RoundInfo, Stats, TokenInfo};
+use crate::generate::{DraftLen, Drafting, GenerateRequest, Mode, RoundInfo, Stats, TokenInfo, Verify};
 use crate::gguf::ModelInfo;
 use serde::{Deserialize, Serialize};
 
@@ -270,11 +270,14 @@ impl ExperimentView {
     pub fn plan_runs(base: &GenerateRequest, seeds: u64, repeats: usize) -> Vec<ExperimentRun> {
         let config = |i: usize, seed: u64, repeat: usize, label: &str| {
             let (_, mode, draft_len, budget) = ARTICLE_CONFIGS[i];
+            let drafting = match draft_len {
+                DraftLen::Fixed(k) => Drafting::Chain(k),
+                DraftLen::Auto => Drafting::adaptive(),
+            };
             let req = GenerateRequest {
                 mode,
-                draft_len,
-                budget,
-                rule: crate::mentor::MentorRule::Tv,
+                drafting,
+                verify: Verify { rule: crate::mentor::MentorRule::Tv, budget, ..base.verify },
                 seed,
                 ignore_eos: true,
                 ..base.clone()

@@ -8,7 +8,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use mentor_lab::presets::preset;
 use mentor_lab::{
-    Coupling, DraftLen, Engine, GenerateRequest, MentorRule, Mode, SamplingParams, TreeShape, WeightFormat,
+    Coupling, DraftLen, Drafting, Engine, GenerateRequest, Lookup, MentorRule, Mode, SamplingParams, Verify,
+    WeightFormat,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -74,23 +75,14 @@ fn default_configs() -> Vec<String> {
 pub struct BenchConfig {
     pub label: String,
     pub mode: Mode,
-    pub draft_len: DraftLen,
-    pub rule: MentorRule,
-    pub budget: f64,
-    pub bonus: bool,
-    pub lookup: bool,
-    /// With `lookup`: whether a round drafted by the model may end with a copy (off: `,notail`).
-    pub copy_tail: bool,
+    pub drafting: Drafting,
+    pub verify: Verify,
     /// Another draft this configuration runs with instead of the loaded one (`,feature`: the
     /// shipped feature draft; `,dw=q4_0`: the loaded draft in other weights), so that both are
     /// compared in one process.
     pub other_draft: Option<OtherDraft>,
     /// The coupling this configuration names, if any (`,sameseed`, `,maxaccept`).
     pub coupling: Option<Coupling>,
-    /// A tree of candidates per round (`tree=WxD`) instead of a chain.
-    pub tree: Option<TreeShape>,
-    /// Verify the draft's runners-up beside the chain where they pay (`,side`).
-    pub side_offers: bool,
 }
 
 /// The draft a configuration names instead of the loaded one.
@@ -104,38 +96,25 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
     let mut c = BenchConfig {
         label: s.to_string(),
         mode: Mode::Speculative,
-        draft_len: DraftLen::Fixed(4),
-        rule: MentorRule::Tv,
-        budget: 0.0,
-        bonus: true,
-        lookup: true,
-        copy_tail: true,
+        drafting: Drafting::default(),
+        verify: Verify::default(),
         other_draft: None,
         coupling: None,
-        tree: None,
-        side_offers: false,
     };
+    let (mut len, mut tree, mut side, mut lookup, mut tail) = (DraftLen::Fixed(4), None, false, true, true);
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) = part.split_once('=').unwrap_or((part, ""));
         match key {
             "target" => c.mode = Mode::Target,
             "draft" => c.mode = Mode::Draft,
-            "auto" => c.draft_len = DraftLen::Auto,
-            "fixed" | "k" => c.draft_len = value.parse().map_err(anyhow::Error::msg)?,
-            "tree" => c.tree = Some(value.parse().map_err(anyhow::Error::msg)?),
-            _ if key.parse::<MentorRule>().is_ok() => {
-                c.rule = key.parse().map_err(anyhow::Error::msg)?;
-                let budget =
-                    value.parse().with_context(|| format!("budget `{value}` in config `{s}` is not a number"))?;
-                let param = c.rule.param();
-                c.budget = param.check(budget).map_err(|e| {
-                    anyhow::anyhow!("config `{s}`: {e}; write {key}=V with V from {} to {}", param.min, param.max)
-                })?;
-            }
-            "nobonus" => c.bonus = false,
-            "side" => c.side_offers = true,
-            "nolookup" => c.lookup = false,
-            "notail" => c.copy_tail = false,
+            "auto" => len = DraftLen::Auto,
+            "fixed" | "k" => len = value.parse().map_err(anyhow::Error::msg)?,
+            "tree" => tree = Some(value.parse().map_err(anyhow::Error::msg)?),
+            _ if key.parse::<MentorRule>().is_ok() => (c.verify.rule, c.verify.budget) = parse_rule(s, key, value)?,
+            "nobonus" => c.verify.bonus = false,
+            "side" => side = true,
+            "nolookup" => lookup = false,
+            "notail" => tail = false,
             "noamx" => bail!("`noamx` in config `{s}`: the kernels are chosen once per process; run bench again with --kernel noamx"),
             "feature" => c.other_draft = Some(OtherDraft::Feature),
             "dw" => c.other_draft = Some(OtherDraft::Weights(value.parse().map_err(anyhow::Error::msg)?)),
@@ -144,7 +123,20 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
             _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tree=WxD, tv=D, kl=D, nobonus, side, nolookup, notail, feature, dw=FORMAT, sameseed, maxaccept"),
         }
     }
+    c.drafting = Drafting::from_controls(len, tree, side, Lookup::from_flags(lookup, tail))
+        .map_err(|e| anyhow::anyhow!("config `{s}`: {e}"))?;
     Ok(c)
+}
+
+/// A config's `rule=value` part: the rule and its checked budget.
+fn parse_rule(s: &str, key: &str, value: &str) -> Result<(MentorRule, f64)> {
+    let rule: MentorRule = key.parse().map_err(anyhow::Error::msg)?;
+    let budget = value.parse().with_context(|| format!("budget `{value}` in config `{s}` is not a number"))?;
+    let param = rule.param();
+    let budget = param
+        .check(budget)
+        .map_err(|e| anyhow::anyhow!("config `{s}`: {e}; write {key}=V with V from {} to {}", param.min, param.max))?;
+    Ok((rule, budget))
 }
 
 #[derive(Serialize)]
@@ -333,15 +325,9 @@ impl BenchConfig {
         GenerateRequest {
             seed,
             mode: self.mode,
-            draft_len: self.draft_len,
-            rule: self.rule,
-            budget: self.budget,
-            bonus: self.bonus,
-            lookup: self.lookup,
-            copy_tail: self.copy_tail,
+            drafting: self.drafting,
+            verify: self.verify,
             coupling: self.coupling.unwrap_or_default(),
-            tree: self.tree,
-            side_offers: self.side_offers,
             ..base.clone()
         }
     }
@@ -399,8 +385,8 @@ fn frontier_points(configs: &[BenchConfig], all: &[Measurement]) -> Vec<super::f
         .map(|c| {
             let ms = || all.iter().filter(|m| m.config == c.label);
             super::frontier::Point {
-                rule: c.rule,
-                value: c.budget,
+                rule: c.verify.rule,
+                value: c.verify.budget,
                 nll: mean(ms().map(|m| m.mean_target_nll)),
                 mean_tv: mean(ms().map(|m| m.mean_tv)),
                 speedup: speedup(all, &c.label).map_or(f64::NAN, |s| s.0),
@@ -475,13 +461,28 @@ mod tests {
     fn configs_parse_with_their_switches_and_reject_unknown_parts() {
         let c = parse_config("auto,tv=0,nolookup").unwrap();
         assert_eq!(
-            (c.mode, c.draft_len, c.budget, c.lookup, c.bonus),
-            (Mode::Speculative, DraftLen::Auto, 0.0, false, true)
+            (c.mode, c.drafting.len(), c.verify.budget, c.verify.bonus),
+            (Mode::Speculative, DraftLen::Auto, 0.0, true)
         );
+        assert_eq!(c.drafting.lookup(), Lookup::Off);
+        assert_eq!(parse_config("auto,notail").unwrap().drafting.lookup(), Lookup::Start);
+        assert_eq!(
+            parse_config("fixed=2,tree=2x3").unwrap().drafting,
+            Drafting::Tree(mentor_lab::TreeShape { width: 2, depth: 3 })
+        );
+        assert!(parse_config("auto,side").unwrap().drafting.side_offers());
+        let e = parse_config("fixed=4,side").unwrap_err().to_string();
+        assert!(e.contains("adaptive"), "{e}");
+        assert!(parse_config("auto,side,tree=2x3").unwrap_err().to_string().contains("tree already branches"));
         let e = parse_config("auto,tv=0,noamx").unwrap_err().to_string();
         assert!(e.contains("--kernel noamx"), "{e}");
-        let c = parse_config("fixed=8,kl=0.5,nobonus").unwrap();
-        assert_eq!((c.draft_len, c.rule, c.budget, c.bonus), (DraftLen::Fixed(8), MentorRule::Kl, 0.5, false));
+        for config in ["fixed=8,kl=0.5,nobonus", "nobonus,fixed=8,kl=0.5"] {
+            let c = parse_config(config).unwrap();
+            assert_eq!(
+                (c.drafting, c.verify),
+                (Drafting::Chain(8), Verify { rule: MentorRule::Kl, budget: 0.5, bonus: false })
+            );
+        }
         assert_eq!(parse_config("target").unwrap().mode, Mode::Target);
         let c = parse_config("auto,tv=0,feature").unwrap();
         assert!(c.other_draft == Some(OtherDraft::Feature) && parse_config("auto,tv=0").unwrap().other_draft.is_none());
@@ -502,7 +503,7 @@ mod tests {
             ("fixed=4,lenience=0.5", MentorRule::Lenience, 0.5),
         ] {
             let c = parse_config(config).unwrap();
-            assert_eq!((c.rule, c.budget), (rule, value), "{config}");
+            assert_eq!((c.verify.rule, c.verify.budget), (rule, value), "{config}");
         }
         let e = parse_config("fixed=8,tv=1.5").unwrap_err().to_string();
         assert!(e.contains("TV budget") && e.contains("between 0 and 1") && e.contains("tv=V"), "{e}");

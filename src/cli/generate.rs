@@ -3,7 +3,9 @@
 use super::{load_engine, ModelArgs};
 use anyhow::{bail, Result};
 use clap::Args;
-use mentor_lab::{Coupling, DraftLen, GenEvent, GenerateRequest, MentorRule, Mode, SamplingParams};
+use mentor_lab::{
+    Coupling, DraftLen, Drafting, GenEvent, GenerateRequest, Lookup, MentorRule, Mode, SamplingParams, Verify,
+};
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
 
@@ -62,8 +64,9 @@ pub struct GenerateArgs {
     /// round's tree inside WIDTHxDEPTH from the measured costs and acceptance.
     #[arg(long, value_name = "WxD")]
     tree: Option<mentor_lab::generate::TreeShape>,
-    /// Same-seed coupling, independent draft: also verify the draft's runners-up beside the
-    /// drafted chain where the policy expects them to pay (one-token branches of a tree).
+    /// With --draft-len auto, same-seed coupling, independent draft: also verify the draft's
+    /// runners-up beside the drafted chain where the policy expects them to pay (one-token
+    /// branches of a tree).
     #[arg(long)]
     side_offers: bool,
     /// same-seed: a position's token depends only on the seed and its distribution, so at D = 0 the
@@ -91,6 +94,15 @@ pub fn checked_budget(rule: MentorRule, budget: Option<f64>) -> Result<f64> {
     param.check(budget).map_err(|e| anyhow::anyhow!("--budget {budget} does not suit --rule {rule}: {e}. {range}."))
 }
 
+/// What the flags ask each round to draft; side offers where they cannot apply are an error.
+fn drafting(args: &GenerateArgs) -> Result<Drafting> {
+    let lookup = Lookup::from_flags(!args.no_lookup, !args.no_copy_tail);
+    let drafting = Drafting::from_controls(args.draft_len, args.tree, args.side_offers, lookup)
+        .map_err(|e| anyhow::anyhow!("--side-offers: {e}"))?;
+    let costs = args.fixed_step_ms.map(|ms| mentor_lab::adaptive::FixedCosts::default_pair(ms / 1000.0));
+    Ok(drafting.with_costs(costs))
+}
+
 pub fn generate(args: GenerateArgs) -> Result<()> {
     let req = GenerateRequest {
         prompt: args.prompt.clone(),
@@ -105,17 +117,10 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
         max_tokens: args.max_tokens,
         ignore_eos: args.ignore_eos,
         mode: args.mode,
-        budget: checked_budget(args.rule, args.budget)?,
-        rule: args.rule,
-        draft_len: args.draft_len,
-        bonus: !args.no_bonus,
-        lookup: !args.no_lookup,
-        copy_tail: !args.no_copy_tail,
+        verify: Verify { rule: args.rule, budget: checked_budget(args.rule, args.budget)?, bonus: !args.no_bonus },
+        drafting: drafting(&args)?,
         coupling: args.coupling,
         n_top: args.top,
-        costs: args.fixed_step_ms.map(|ms| mentor_lab::adaptive::FixedCosts::default_pair(ms / 1000.0)),
-        tree: args.tree,
-        side_offers: args.side_offers,
     };
     req.validate()?;
     if req.prompt.trim().is_empty() {

@@ -1,11 +1,12 @@
 //! What defines a run: the request, its draft length and tree shape, and their checks.
 
-use crate::adaptive::{FixedCosts, MAX_DRAFT_LEN};
+use crate::adaptive::MAX_DRAFT_LEN;
 use crate::error::{EngineError, Result};
-use crate::mentor::{Coupling, MentorRule};
+use crate::mentor::Coupling;
 use crate::sampling::SamplingParams;
 use serde::{Deserialize, Serialize};
 
+pub use super::drafting::{Adaptive, Branches, Drafting, Lookup, Verify};
 use super::Mode;
 
 /// Tokens drafted per round.
@@ -81,7 +82,7 @@ impl std::fmt::Display for TreeShape {
 }
 
 impl TreeShape {
-    fn check(&self) -> std::result::Result<(), String> {
+    pub(super) fn check(&self) -> std::result::Result<(), String> {
         match (1..=MAX_TREE_WIDTH).contains(&self.width) && (1..=MAX_DRAFT_LEN).contains(&self.depth) {
             true => Ok(()),
             false => Err(format!(
@@ -93,6 +94,10 @@ impl TreeShape {
 }
 
 /// Everything that defines one run. Same request + same models = same output.
+///
+/// Its parts: the text and its sampling (prompt, sampling, seed, coupling, length), the mode,
+/// and for speculative runs what each round drafts ([`Drafting`]) and how drafted tokens are
+/// checked ([`Verify`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GenerateRequest {
@@ -101,41 +106,20 @@ pub struct GenerateRequest {
     pub raw: bool,
     pub sampling: SamplingParams,
     pub seed: u64,
-    pub max_tokens: usize,
-    pub ignore_eos: bool,
-    pub mode: Mode,
-    /// The rule's one parameter: D in TV distance for `tv`, nats of KL for `kl`, α for `cascade`…
-    /// Its name, valid range and lossless value are [`MentorRule::param`]'s.
-    pub budget: f64,
-    pub rule: MentorRule,
-    pub draft_len: DraftLen,
-    /// Emit a target token after a fully accepted round (`--no-bonus` turns this off).
-    pub bonus: bool,
-    /// With an adaptive draft length, also draft by copying from the context where the policy
-    /// expects that to pay ([`crate::lookup`]; `--no-lookup` turns this off).
-    pub lookup: bool,
-    /// With copying on: a round that drafted with the model may go on by copying where its
-    /// drafted tokens led back to a passage of the context (`--no-copy-tail` turns this off: a
-    /// round then copies from its start or not at all).
-    pub copy_tail: bool,
-    /// Record this many of the most likely tokens at every position (p, q and π), for the token
-    /// inspector; 0 records none (a pass over the vocabulary per distribution).
-    pub n_top: usize,
     /// How random draws are tied together: the same-seed coupling makes a run's text depend only on
     /// the seed and the distributions (D = 0 reproduces target-only exactly); max-acceptance
     /// accepts more drafted tokens.
     pub coupling: Coupling,
-    /// With an adaptive draft length: decide from these costs instead of measured times, so
-    /// that a run's rounds depend only on the text and the seed (deterministic tests).
-    #[serde(default)]
-    pub costs: Option<FixedCosts>,
-    /// Draft a tree of candidates each round instead of a chain.
-    #[serde(default)]
-    pub tree: Option<TreeShape>,
-    /// Under the same-seed coupling, with an independent draft: verify beside the drafted chain
-    /// the draft's runners-up where the policy expects them to pay (one-token branches).
-    #[serde(default)]
-    pub side_offers: bool,
+    pub max_tokens: usize,
+    pub ignore_eos: bool,
+    /// Record this many of the most likely tokens at every position (p, q and π), for the token
+    /// inspector; 0 records none (a pass over the vocabulary per distribution).
+    pub n_top: usize,
+    pub mode: Mode,
+    /// What each round drafts (speculative mode).
+    pub drafting: Drafting,
+    /// How drafted tokens are checked (speculative mode).
+    pub verify: Verify,
 }
 
 impl Default for GenerateRequest {
@@ -145,20 +129,13 @@ impl Default for GenerateRequest {
             raw: false,
             sampling: SamplingParams::default(),
             seed: 42,
+            coupling: Coupling::default(),
             max_tokens: 128,
             ignore_eos: false,
-            mode: Mode::Target,
-            budget: 0.0,
-            rule: MentorRule::Tv,
-            draft_len: DraftLen::default(),
-            bonus: true,
-            lookup: true,
-            copy_tail: true,
-            coupling: Coupling::default(),
             n_top: 0,
-            costs: None,
-            tree: None,
-            side_offers: false,
+            mode: Mode::Target,
+            drafting: Drafting::default(),
+            verify: Verify::default(),
         }
     }
 }
@@ -168,39 +145,24 @@ impl GenerateRequest {
     /// request records the inspector's numbers (`n_top > 0`: they take a few passes over the
     /// vocabulary).
     pub(crate) fn rule_notes(&self, p: &[f32], q: &[f32], drafted: u32) -> Vec<(String, f64)> {
+        let v = self.verify;
         match self.n_top {
             0 => Vec::new(),
-            _ => self.rule.explain(p, q, self.budget, drafted).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            _ => v.rule.explain(p, q, v.budget, drafted).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
         }
     }
 
     pub fn validate(&self) -> Result<()> {
         self.sampling.validate().map_err(EngineError::InvalidSetting)?;
-        if let Some(c) = self.costs {
-            let ok = [c.draft_token_s, c.verify_base_s, c.verify_row_s].iter().all(|v| v.is_finite() && *v >= 0.0);
-            if !ok || c.verify_base_s + c.verify_row_s <= 0.0 {
-                return Err(EngineError::InvalidSetting(format!(
-                    "fixed costs must be finite, non-negative, and a verify must cost something: {c:?}"
-                )));
-            }
-        }
         if self.max_tokens == 0 {
             return Err(EngineError::InvalidSetting("max tokens must be at least 1".into()));
         }
-        if let Err(e) = self.rule.param().check(self.budget) {
+        let Verify { rule, budget, .. } = self.verify;
+        if let Err(e) = rule.param().check(budget) {
             return Err(EngineError::InvalidSetting(format!(
-                "{e} under the {} rule; choose a budget in that range",
-                self.rule
+                "{e} under the {rule} rule; choose a budget in that range"
             )));
         }
-        if let DraftLen::Fixed(k) = self.draft_len {
-            if !(1..=MAX_DRAFT_LEN).contains(&k) {
-                return Err(EngineError::InvalidSetting(format!("draft length must be 1..={MAX_DRAFT_LEN}, got {k}")));
-            }
-        }
-        if let Some(t) = self.tree {
-            t.check().map_err(EngineError::InvalidSetting)?;
-        }
-        Ok(())
+        self.drafting.check().map_err(EngineError::InvalidSetting)
     }
 }

@@ -5,7 +5,7 @@
 
 use super::{
     beside_log_z, check_vocab, draw, new_run, plain_token, prepare, top_entries, DraftLen, GenEvent, GenerateRequest,
-    Generation, LoadedModel, Mode, RoundInfo, Run, TokenInfo, TokenSource,
+    Generation, LoadedModel, Lookup, Mode, RoundInfo, Run, TokenInfo, TokenSource,
 };
 use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN, MAX_SIDE_OFFERS};
 use crate::error::{EngineError, Result};
@@ -43,14 +43,14 @@ pub fn generate_speculative(
     let mut rounds = Rounds {
         req,
         source,
-        policy: AdaptivePolicy::with_costs(req.costs),
-        auto: req.draft_len == DraftLen::Auto,
+        policy: AdaptivePolicy::with_costs(req.drafting.costs()),
+        auto: req.drafting.is_adaptive(),
         draft_attempts: Vec::new(),
         noise: RaceNoise::new(req.seed, n_vocab),
         n_vocab,
     };
     while !run.done() {
-        if let Some(shape) = req.tree {
+        if let Some(shape) = req.drafting.tree() {
             rounds.tree_round(&mut run, tmodel, dmodel, shape)?;
             continue;
         }
@@ -118,7 +118,7 @@ impl Rounds<'_> {
         let base = run.context.len();
         let is_stop = |x: &u32| !req.ignore_eos && run.tok.stop_ids.contains(x);
         let (copy, matched) = self.leading_copy(run, is_stop);
-        let k_wanted = match req.draft_len {
+        let k_wanted = match req.drafting.len() {
             _ if !copy.is_empty() => 0,
             DraftLen::Fixed(k) => k,
             // The policy decides whether to draft; how far, token by token below.
@@ -160,7 +160,8 @@ impl Rounds<'_> {
             if i + 1 == k_cap || is_stop(&x) || run.cancel.load(Ordering::Relaxed) {
                 break;
             }
-            if self.auto && req.lookup && req.copy_tail && self.copy_tail(&mut p, &mut p_prefix, k_cap - i - 1, is_stop)
+            if req.drafting.lookup() == Lookup::StartAndTail
+                && self.copy_tail(&mut p, &mut p_prefix, k_cap - i - 1, is_stop)
             {
                 break;
             }
@@ -178,7 +179,7 @@ impl Rounds<'_> {
     /// A copy from the context to propose instead of drafting (empty where the policy prefers
     /// the draft), cut after a stop token, and the length of the context match behind it.
     fn leading_copy(&mut self, run: &Run, is_stop: impl Fn(&u32) -> bool) -> (Vec<u32>, usize) {
-        let (mut copy, matched) = match self.auto && self.req.lookup {
+        let (mut copy, matched) = match self.req.drafting.lookup() != Lookup::Off {
             true => propose_matched(&run.context, MAX_DRAFT_LEN.min(run.remaining())).unwrap_or_default(),
             false => (Vec::new(), 0),
         };
@@ -201,7 +202,7 @@ impl Rounds<'_> {
     /// Whether rounds verify side offers beside the drafted chain: asked for, under the
     /// same-seed coupling (the tree walk's exact rule).
     fn side_offers(&self) -> bool {
-        self.req.side_offers && self.req.coupling == Coupling::SameSeed
+        self.req.drafting.side_offers() && self.req.coupling == Coupling::SameSeed
     }
 
     /// The draft model's token at output position `at` under the request's coupling.
@@ -290,7 +291,7 @@ impl Rounds<'_> {
             let logits = verify_row(tmodel, rows, i, trunk, verify_s)?;
             let ((pt, mixed), log_z) = beside_log_z(logits, self.n_vocab, true, || {
                 let pt = probabilities(logits, &p.text[..base + i], &req.sampling, self.n_vocab);
-                let mixed = if copied { lossless(&pt, q) } else { mix(req.rule, &pt, q, req.budget) };
+                let mixed = if copied { lossless(&pt, q) } else { mix(req.verify.rule, &pt, q, req.verify.budget) };
                 (pt, mixed)
             })?;
             let verdict = self.verdict(&mixed.pi_mixed, q, x, pos);
@@ -308,7 +309,7 @@ impl Rounds<'_> {
                 self.policy.observe_drafted(q[x as usize], verdict.accept_prob);
             }
             if let Some(s) = side {
-                if !run.done() && req.bonus {
+                if !run.done() && req.verify.bonus {
                     self.bonus(run, tmodel, rows, (trunk + s, i + 1, base, round), verify_s)?;
                 }
                 return Ok((n_accepted, side));
@@ -323,7 +324,7 @@ impl Rounds<'_> {
             }
         }
         let k = p.tokens.len();
-        if !run.done() && (k == 0 || req.bonus) {
+        if !run.done() && (k == 0 || req.verify.bonus) {
             self.bonus(run, tmodel, rows, (k, k, base, round), verify_s)?;
         }
         Ok((n_accepted, None))

@@ -232,10 +232,10 @@ fn sliders_change_what_the_next_run_sends() {
     h.run_steps(2);
     let (_, target, mentored, _) = compare_of(rig.commands());
     let target = target.expect("first run computes the target-only pane");
-    assert!((mentored.budget - s.budget).abs() < 1e-12);
-    assert_eq!(mentored.draft_len, DraftLen::Auto);
-    assert_eq!(mentored.rule, mentor_lab::MentorRule::Kl);
-    assert!(!mentored.bonus);
+    assert!((mentored.verify.budget - s.budget).abs() < 1e-12);
+    assert_eq!(mentored.drafting.len(), DraftLen::Auto);
+    assert_eq!(mentored.verify.rule, mentor_lab::MentorRule::Kl);
+    assert!(!mentored.verify.bonus);
     assert!(mentored.ignore_eos && target.ignore_eos);
     assert_eq!(mentored.sampling, target.sampling, "both panes use the same sampling settings");
     assert_eq!(mentored.seed, target.seed);
@@ -266,7 +266,7 @@ fn a_tree_of_candidates_is_sent_with_the_draft_length_as_its_depth() {
     h.get_by_label("Run").click();
     h.run_steps(2);
     let (run_id, _, mentored, _) = compare_of(rig.commands());
-    assert_eq!(mentored.tree, Some(mentor_lab::generate::TreeShape { width: 2, depth: 7 }));
+    assert_eq!(mentored.drafting.tree(), Some(mentor_lab::TreeShape { width: 2, depth: 7 }));
     assert!(mentored.validate().is_ok());
     rig.send(EngineEvent::Done { run_id });
     h.run_steps(2);
@@ -276,7 +276,7 @@ fn a_tree_of_candidates_is_sent_with_the_draft_length_as_its_depth() {
     h.get_by_label("Run").click();
     h.run_steps(2);
     let (_, _, mentored, _) = compare_of(rig.commands());
-    assert_eq!(mentored.tree, Some(mentor_lab::generate::TreeShape { width: 2, depth: 7 }));
+    assert_eq!(mentored.drafting.tree(), Some(mentor_lab::TreeShape { width: 2, depth: 7 }));
     assert_eq!(mentored.coupling, Coupling::MaxAcceptance);
     assert!(mentored.validate().is_ok());
 }
@@ -445,7 +445,7 @@ fn target_only_result_is_reused_when_only_mentored_settings_change() {
     h.run_steps(2);
     let (run2, target, mentored, _) = compare_of(rig.commands());
     assert!(target.is_none(), "same prompt/seed/sampling: target-only pane is reused");
-    assert_eq!(mentored.budget, 0.9);
+    assert_eq!(mentored.verify.budget, 0.9);
     assert_eq!(h.state().view.target.text(), "The moon glowed softly.", "reused pane keeps its text");
     rig.send(EngineEvent::Done { run_id: run2 });
     h.run_steps(2);

@@ -11,12 +11,12 @@ fn sweep_sends_the_grid_and_plots_the_frontier() {
     h.get_by_role_and_label(Role::Button, "Sweep").click();
     h.run_steps(2);
     let cmds = rig.commands();
-    let Some(EngineCommand::Sweep { run_id, grid, draft_lens, seeds, .. }) = cmds.into_iter().next() else {
+    let Some(EngineCommand::Sweep { run_id, grid, draftings, seeds, .. }) = cmds.into_iter().next() else {
         panic!("no sweep sent")
     };
     let tv = mentor_lab::MentorRule::Tv;
     assert_eq!(grid, vec![(tv, 0.0), (tv, 0.5), (tv, 1.0)]);
-    assert_eq!(draft_lens, vec![DraftLen::Fixed(4), DraftLen::Auto]);
+    assert_eq!(draftings, vec![mentor_lab::Drafting::Chain(4), mentor_lab::Drafting::adaptive()]);
     assert_eq!(seeds, vec![42, 43, 44], "three seeds from the settings' seed");
     assert_eq!(h.state().view.sweep.total, 3 * 7);
     // Two seeds of target-only and of one point: speedups paired by seed (2.0 and 1.0).

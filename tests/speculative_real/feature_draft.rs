@@ -69,7 +69,7 @@ fn greedy_speculative_with_the_feature_draft_equals_greedy_target() {
     let (mut engine, req) = with_the_feature_draft(request(Mode::Target, 0.0, 0.0, DraftLen::Fixed(4), 64));
     let want = run(&mut engine, &req);
     for k in [DraftLen::Fixed(1), DraftLen::Fixed(3), DraftLen::Auto] {
-        let got = run(&mut engine, &GenerateRequest { mode: Mode::Speculative, draft_len: k, ..req.clone() });
+        let got = run(&mut engine, &GenerateRequest { mode: Mode::Speculative, drafting: k.into(), ..req.clone() });
         assert_eq!(ids(&got), ids(&want), "k = {k}");
         let s = &got.stats;
         assert!(s.n_accepted > s.n_copied_accepted, "k = {k}: the feature draft's own tokens are accepted");

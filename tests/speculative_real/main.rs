@@ -11,8 +11,8 @@ use mentor_lab::adaptive::FixedCosts;
 use mentor_lab::generate::LoadedModel;
 use mentor_lab::sampling::{nll_at_t1, probabilities, race_argmax, race_weights, sample_index, uniform, Purpose};
 use mentor_lab::{
-    load_model, Coupling, DraftLen, Engine, EngineError, GenEvent, GenerateRequest, Mode, SamplingParams, TokenSource,
-    WeightFormat,
+    load_model, Coupling, DraftLen, Drafting, Engine, EngineError, GenEvent, GenerateRequest, Lookup, Mode,
+    SamplingParams, TokenSource, Verify, WeightFormat,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -23,14 +23,13 @@ const PROMPT: &str = "Write a short story about a lighthouse keeper who finds a 
 /// on the machine's load.
 fn request(mode: Mode, temperature: f32, budget: f64, k: DraftLen, n: usize) -> GenerateRequest {
     GenerateRequest {
-        costs: (k == DraftLen::Auto).then(|| FixedCosts::default_pair(0.01)),
         prompt: PROMPT.into(),
         sampling: SamplingParams { temperature, ..SamplingParams::default() },
         max_tokens: n,
         ignore_eos: true,
         mode,
-        budget,
-        draft_len: k,
+        verify: Verify::tv(budget),
+        drafting: Drafting::from(k).with_costs(Some(FixedCosts::default_pair(0.01))),
         seed: 11,
         ..GenerateRequest::default()
     }
@@ -79,14 +78,14 @@ fn full_budget_without_bonus_equals_draft_only() {
     let mut engine = Engine::new(load_target(WeightFormat::Auto), Some(the_draft(WeightFormat::F32))).unwrap();
     let draft_only = run(&mut engine, &request(Mode::Draft, 0.8, 0.0, DraftLen::Fixed(4), 40));
     let mut req = request(Mode::Speculative, 0.8, 1.0, DraftLen::Fixed(5), 40);
-    req.bonus = false;
+    req.verify.bonus = false;
     let spec = run(&mut engine, &req);
     assert_eq!(ids(&spec), ids(&draft_only));
     assert_eq!(spec.stats.acceptance_rate, 1.0);
     assert!(spec.tokens.iter().all(|t| t.source == TokenSource::DraftAccepted));
     assert!(draft_only.stats.mean_target_nll > 0.0, "draft-only text is scored by the target");
     // With the bonus on, every round ends with a target token.
-    req.bonus = true;
+    req.verify.bonus = true;
     let with_bonus = run(&mut engine, &req);
     assert!(with_bonus.tokens.iter().any(|t| t.source == TokenSource::Bonus));
 }
@@ -149,7 +148,7 @@ fn same_seed_lossless_equals_target_only() {
                 let base = GenerateRequest { seed, ..request(Mode::Target, temperature, 0.0, DraftLen::Fixed(4), 40) };
                 let want = run(&mut engine, &base);
                 for k in [DraftLen::Fixed(1), DraftLen::Fixed(4), DraftLen::Fixed(8), DraftLen::Auto] {
-                    let req = GenerateRequest { mode: Mode::Speculative, draft_len: k, ..base.clone() };
+                    let req = GenerateRequest { mode: Mode::Speculative, drafting: k.into(), ..base.clone() };
                     let got = run(&mut engine, &req);
                     assert_eq!(ids(&got), ids(&want), "{name} draft, k = {k}, T = {temperature}, seed {seed}");
                     if k == DraftLen::Fixed(4) {
@@ -311,19 +310,20 @@ fn adaptive_copies_from_the_context_and_stays_lossless() {
     assert!(s.n_copied_accepted <= s.n_copied && s.n_copied <= s.n_drafted);
     assert_eq!(got.rounds.iter().map(|r| r.n_copied).sum::<usize>(), s.n_copied);
     assert!(got.rounds.iter().all(|r| r.n_copied <= r.n_proposed));
-    let plain = run(&mut engine, &GenerateRequest { lookup: false, ..req.clone() });
+    let plain = run(&mut engine, &GenerateRequest { drafting: req.drafting.with_lookup(Lookup::Off), ..req.clone() });
     assert_eq!(ids(&plain), ids(&want));
     assert_eq!(plain.stats.n_copied, 0);
     assert!(plain.rounds.iter().all(|r| r.n_copied == 0));
     // Without copies after drafted tokens, a round copies from its start or not at all.
-    let no_tail = run(&mut engine, &GenerateRequest { copy_tail: false, ..req.clone() });
+    let no_tail =
+        run(&mut engine, &GenerateRequest { drafting: req.drafting.with_lookup(Lookup::Start), ..req.clone() });
     assert_eq!(ids(&no_tail), ids(&want));
     assert!(no_tail.rounds.iter().all(|r| r.n_copied == 0 || r.n_copied == r.n_proposed));
 
     // The budget is the draft model's: at D = 0.5 (greedy, so p and q are one-hot) a model
     // proposal the target disagrees with has π(x) = θ = 0.5, while copies are verified against p
     // (π = p: accepted exactly when the target agrees).
-    let loose = GenerateRequest { budget: 0.5, max_tokens: 128, ..req.clone() };
+    let loose = GenerateRequest { max_tokens: 128, verify: Verify { budget: 0.5, ..req.verify }, ..req.clone() };
     let got = run(&mut engine, &loose);
     let (mut n_copy, mut n_model_disagreed) = (0, 0);
     for (t, copied) in with_copy_flags(&got) {

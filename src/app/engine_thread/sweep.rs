@@ -2,7 +2,7 @@
 //! at every draft length, each reported when it ends.
 
 use super::{EngineEvent, Outbox, Worker};
-use crate::generate::{DraftLen, GenerateRequest, Mode};
+use crate::generate::{DraftLen, Drafting, GenerateRequest, Mode, Verify};
 use crate::mentor::MentorRule;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -12,26 +12,26 @@ struct SweepRun {
     mode: Mode,
     rule: MentorRule,
     budget: f64,
-    draft_len: DraftLen,
+    drafting: Drafting,
 }
 
-/// Target-only first, then the grid's points at each draft length; labels as `bench` writes them.
-fn plan(base: &GenerateRequest, grid: &[(MentorRule, f64)], lens: &[DraftLen]) -> Vec<SweepRun> {
+/// Target-only first, then the grid's points with each drafting; labels as `bench` writes them.
+fn plan(base: &GenerateRequest, grid: &[(MentorRule, f64)], draftings: &[Drafting]) -> Vec<SweepRun> {
     let target = SweepRun {
         label: "target".into(),
         mode: Mode::Target,
-        rule: base.rule,
+        rule: base.verify.rule,
         budget: 0.0,
-        draft_len: DraftLen::Fixed(1),
+        drafting: Drafting::Chain(1),
     };
     let mut runs = vec![target];
-    for &draft_len in lens {
+    for &drafting in draftings {
         for &(rule, budget) in grid {
-            let label = match draft_len {
+            let label = match drafting.len() {
                 DraftLen::Auto => format!("auto,{}={budget}", rule.key()),
                 DraftLen::Fixed(k) => format!("fixed={k},{}={budget}", rule.key()),
             };
-            runs.push(SweepRun { label, mode: Mode::Speculative, rule, budget, draft_len });
+            runs.push(SweepRun { label, mode: Mode::Speculative, rule, budget, drafting });
         }
     }
     runs
@@ -42,11 +42,11 @@ impl Worker {
         &mut self,
         run_id: u64,
         base: &GenerateRequest,
-        (grid, lens, seeds): (&[(MentorRule, f64)], &[DraftLen], &[u64]),
+        (grid, draftings, seeds): (&[(MentorRule, f64)], &[Drafting], &[u64]),
         cancel: &AtomicBool,
         out: &Outbox,
     ) {
-        let runs = plan(base, grid, lens);
+        let runs = plan(base, grid, draftings);
         let total = seeds.len() * runs.len();
         let mut done = 0;
         for &seed in seeds {
@@ -56,14 +56,13 @@ impl Worker {
                 }
                 let req = GenerateRequest {
                     mode: r.mode,
-                    rule: r.rule,
-                    budget: r.budget,
-                    draft_len: r.draft_len,
+                    verify: Verify { rule: r.rule, budget: r.budget, ..base.verify },
+                    drafting: r.drafting,
                     seed,
                     ..base.clone()
                 };
                 let Some(stats) = self.run_silent(&req, cancel, out, run_id) else { return };
-                let (label, rule, budget, draft_len) = (r.label.clone(), r.rule, r.budget, r.draft_len);
+                let (label, rule, budget, draft_len) = (r.label.clone(), r.rule, r.budget, r.drafting.len());
                 out.send(EngineEvent::SweepPoint { run_id, label, rule, budget, draft_len, seed, stats });
                 done += 1;
                 out.send(EngineEvent::SweepProgress { run_id, done, total });

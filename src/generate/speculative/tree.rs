@@ -192,7 +192,7 @@ impl Rounds<'_> {
         if depth > 0 && self.source.can_draft(base) && (!self.auto || self.policy.next_len(MAX_DRAFT_LEN) > 0) {
             self.draft_tree(run, dmodel, shape.width, depth, &mut tree)?;
         }
-        if self.auto && self.req.lookup {
+        if self.req.drafting.lookup() != super::Lookup::Off {
             self.add_copy(run, &mut tree);
         }
         Ok(tree)
@@ -429,14 +429,15 @@ impl Rounds<'_> {
             let logits =
                 rows.row(node).ok_or_else(|| EngineError::Internal(format!("tree: verify row {node} missing")))?;
             let Some(q) = tree.q[node].as_ref().filter(|_| !tree.children[node].is_empty()) else {
-                if node == 0 || req.bonus {
+                if node == 0 || req.verify.bonus {
                     self.bonus(run, tmodel, rows, (node, d, base, round), verify_s)?;
                 }
                 break;
             };
             let ((pt, mixed), log_z) = beside_log_z(logits, self.n_vocab, true, || {
                 let pt = probabilities(logits, &run.context, &req.sampling, self.n_vocab);
-                let mixed = if tree.copy_q[node] { lossless(&pt, q) } else { mix(req.rule, &pt, q, req.budget) };
+                let mixed =
+                    if tree.copy_q[node] { lossless(&pt, q) } else { mix(req.verify.rule, &pt, q, req.verify.budget) };
                 (pt, mixed)
             })?;
             let children = &tree.children[node];
