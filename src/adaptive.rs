@@ -48,6 +48,7 @@ mod costs;
 mod schedule;
 mod side;
 
+use crate::lookup::Match;
 use acceptance::AcceptanceModel;
 use costs::CostModel;
 pub use costs::{draft_token_s, FixedCosts};
@@ -147,7 +148,8 @@ impl AdaptivePolicy {
     /// estimate, when that rate beats both what drafting with the model promises and a target step
     /// by `MIN_GAIN`. Until the verify cost is known, and now and then after declined copies
     /// ([`Scheduler::copy_len`]), a short copy is made to measure.
-    pub fn lookup_len(&mut self, available: usize, matched: usize) -> usize {
+    pub fn lookup_len(&mut self, available: usize, matched: impl Into<Match>) -> usize {
+        let matched = matched.into();
         let cap = available.min(MAX_DRAFT_LEN);
         if cap == 0 {
             return 0;
@@ -170,11 +172,11 @@ impl AdaptivePolicy {
     /// A copied token costs a verify row and no draft step. Copying starts only where the copy's
     /// next token is worth more per cost than the model's would be, and goes on, like the depth
     /// rule, while p_prefix · α_copy per row beats the best rate expected.
-    pub fn copy_tail_len(&self, p_prefix: f64, n_drafted: usize, matched: usize, available: usize) -> usize {
+    pub fn copy_tail_len(&self, p_prefix: f64, n_drafted: usize, matched: impl Into<Match>, available: usize) -> usize {
         let (Some(t_draft), Some(best)) = (self.costs.draft(), self.best_rate()) else {
             return 0;
         };
-        let a = self.accept.copied(matched);
+        let a = self.accept.copied(matched.into());
         let mut p = p_prefix;
         let mut n = 0;
         while n < available && n_drafted + n < MAX_DRAFT_LEN {
@@ -206,12 +208,12 @@ impl AdaptivePolicy {
     /// Record a round that verified `n_proposed` tokens copied from the context after a match of
     /// `matched` tokens, `n_accepted` of them accepted, in `verify_s` seconds (the forward and the
     /// acceptance walk).
-    pub fn observe_lookup(&mut self, matched: usize, n_proposed: usize, n_accepted: usize, verify_s: f64) {
+    pub fn observe_lookup(&mut self, matched: impl Into<Match>, n_proposed: usize, n_accepted: usize, verify_s: f64) {
         if n_proposed == 0 {
             return;
         }
         self.observe_verify(n_proposed, verify_s);
-        self.accept.observe_copies(matched, n_proposed, n_accepted);
+        self.accept.observe_copies(matched.into(), n_proposed, n_accepted);
     }
 
     /// Record a round that verified `n_proposed` tokens and ran no draft forward, in `verify_s`
@@ -224,9 +226,9 @@ impl AdaptivePolicy {
     /// Record copies appended to a drafting round ([`Self::copy_tail_len`]) that verification
     /// reached: `n_proposed` copied after a match of `matched` tokens, `n_accepted` accepted. The
     /// round itself (timing, the model's acceptance) is recorded by [`Self::observe`].
-    pub fn observe_copies(&mut self, matched: usize, n_proposed: usize, n_accepted: usize) {
+    pub fn observe_copies(&mut self, matched: impl Into<Match>, n_proposed: usize, n_accepted: usize) {
         if n_proposed > 0 {
-            self.accept.observe_copies(matched, n_proposed, n_accepted);
+            self.accept.observe_copies(matched.into(), n_proposed, n_accepted);
         }
     }
 
@@ -247,9 +249,10 @@ impl AdaptivePolicy {
         self.accept.alpha
     }
 
-    /// Acceptance estimate of tokens copied from the context after a match of `matched` tokens.
-    pub fn alpha_lookup(&self, matched: usize) -> f64 {
-        self.accept.copied(matched)
+    /// Acceptance estimate of tokens copied after a match `matched` (a length alone: in the
+    /// context).
+    pub fn alpha_lookup(&self, matched: impl Into<Match>) -> f64 {
+        self.accept.copied(matched.into())
     }
 }
 

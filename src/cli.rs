@@ -61,6 +61,11 @@ pub struct ModelArgs {
     /// $MENTOR_LAB_FULL_HEAD=1).
     #[arg(long)]
     pub full_head: bool,
+    /// Folders or text files the adaptive draft length may also copy from (your source tree, the
+    /// documents a prompt is about), as it copies from the context: read with the target's
+    /// tokenizer, up to 16 MB of text.
+    #[arg(long, value_name = "PATH", num_args = 1..)]
+    pub copy_from: Vec<PathBuf>,
 }
 
 impl ModelArgs {
@@ -102,6 +107,10 @@ pub fn load_engine(args: &ModelArgs, need_draft: bool) -> Result<Engine> {
     let mut engine = loaded.engine;
     if let (Some(n), Some(draft)) = (args.draft_layers, engine.draft.as_mut()) {
         draft.model.keep_first_layers(n)?;
+    }
+    let t = std::time::Instant::now();
+    if let Some(summary) = engine.read_corpus(&args.copy_from)? {
+        eprintln!("copying from {summary} (read in {:.1} s)", t.elapsed().as_secs_f64());
     }
     Ok(engine)
 }

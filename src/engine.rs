@@ -1,6 +1,7 @@
 //! The engine facade: a target and an optional draft, loaded once, running requests. The CLI, the
 //! app's engine thread and the tests all drive this API.
 
+use crate::corpus::Corpus;
 use crate::error::{EngineError, Result};
 use crate::generate::{
     generate_single, generate_speculative, GenEvent, GenerateRequest, Generation, LoadedModel, Mode,
@@ -130,6 +131,8 @@ pub struct LoadedPair {
 pub struct Engine {
     pub target: LoadedModel,
     pub draft: Option<LoadedModel>,
+    /// Files the adaptive policy may copy from as from the context ([`Engine::read_corpus`]).
+    pub corpus: Option<Arc<Corpus>>,
 }
 
 impl Engine {
@@ -175,9 +178,11 @@ impl Engine {
             }),
         };
         match (draft, draft_use) {
-            (Ok(draft), _) => Ok(LoadedPair { engine: Engine { target, draft }, draft_error: None }),
+            (Ok(draft), _) => Ok(LoadedPair { engine: Engine { target, draft, corpus: None }, draft_error: None }),
             (Err(e), DraftUse::Required) => Err(e),
-            (Err(e), _) => Ok(LoadedPair { engine: Engine { target, draft: None }, draft_error: Some(e) }),
+            (Err(e), _) => {
+                Ok(LoadedPair { engine: Engine { target, draft: None, corpus: None }, draft_error: Some(e) })
+            }
         }
     }
 
@@ -185,7 +190,17 @@ impl Engine {
         if let Some(d) = &draft {
             crate::generate::check_vocab(&target, d)?;
         }
-        Ok(Engine { target, draft })
+        Ok(Engine { target, draft, corpus: None })
+    }
+
+    /// Read the text files under `roots` with the target's tokenizer as the corpus that adaptive
+    /// rounds copy from ([`crate::corpus`]); an empty list drops it. Returns its summary.
+    pub fn read_corpus(&mut self, roots: &[std::path::PathBuf]) -> Result<Option<String>> {
+        self.corpus = match roots.is_empty() {
+            true => None,
+            false => Some(Arc::new(Corpus::read(roots, &self.target.tokenizer)?)),
+        };
+        Ok(self.corpus.as_ref().map(|c| c.summary()))
     }
 
     pub fn generate(
@@ -208,7 +223,13 @@ impl Engine {
             }
             Mode::Speculative => {
                 let draft = self.draft.as_mut().ok_or_else(no_draft)?;
-                generate_speculative(&mut self.target, draft, req, cancel, on_event)
+                let corpus = self.corpus.as_deref();
+                if corpus.is_some_and(|c| c.fingerprint != self.target.tokenizer.pair_fingerprint()) {
+                    return Err(EngineError::InvalidSetting(
+                        "the corpus was read with another model's tokenizer: read it again for this target".into(),
+                    ));
+                }
+                generate_speculative(&mut self.target, draft, req, corpus, cancel, on_event)
             }
         }
     }

@@ -10,12 +10,6 @@ use crate::error::{EngineError, Result};
 use crate::tokenizer::TextTokenizer;
 use std::path::{Path, PathBuf};
 
-/// File extensions counted from a corpus folder: source code and prose.
-const TEXT_EXTENSIONS: &[&str] = &[
-    "py", "rs", "c", "h", "cc", "cpp", "hpp", "js", "ts", "tsx", "java", "go", "rb", "sh", "md", "txt", "rst", "toml",
-    "json", "yaml", "yml", "html", "css", "sql", "jsonl",
-];
-
 /// The list file for the draft at `draft`: beside it, else in the assets' models folder under the
 /// draft's file name.
 pub fn list_path(draft: &Path) -> Option<PathBuf> {
@@ -55,31 +49,6 @@ pub fn write_list(path: &Path, ids: &[u32]) -> Result<()> {
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)?;
     Ok(())
-}
-
-/// Every text file under `roots` (files named directly are taken whatever their extension).
-pub fn corpus_files(roots: &[PathBuf]) -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else { return };
-        let mut entries: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-        entries.sort();
-        for p in entries {
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|x| TEXT_EXTENSIONS.iter().any(|t| x.eq_ignore_ascii_case(t))) {
-                out.push(p);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for r in roots {
-        if r.is_dir() {
-            walk(r, &mut out);
-        } else if r.is_file() {
-            out.push(r.clone());
-        }
-    }
-    out
 }
 
 /// How often each token id occurs in the files' text (files that are not UTF-8 are skipped).

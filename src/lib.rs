@@ -11,9 +11,10 @@
 pub mod adaptive;
 #[cfg(feature = "app")]
 pub mod app;
+/// The CPU attention kernels, public for `cargo bench`.
+pub mod corpus;
 mod cpu_step;
 mod embedding;
-/// The CPU attention kernels, public for `cargo bench`.
 pub mod attention {
     pub use crate::cpu_step::{head_attend, head_attend_rows, heads_attend, heads_attend_rows, KvRows};
 }

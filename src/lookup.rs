@@ -22,16 +22,61 @@
 //! copies in the 10+ class) and the first class to 46%. The policy tracks the acceptance of each
 //! class apart ([`crate::adaptive`]).
 
+use crate::corpus::Corpus;
+
 /// Tokens that must match before a copy is proposed.
 pub const MIN_MATCH: usize = 3;
 /// How far back a match is followed (longer ones fall in the last class anyway).
-const MAX_MATCH: usize = 32;
+pub const MAX_MATCH: usize = 32;
 /// Match lengths from which each class of [`match_class`] starts.
 const CLASS_STARTS: [usize; 4] = [MIN_MATCH, 4, 6, 10];
-/// Classes of match length whose copies' acceptance is tracked apart.
-pub const N_MATCH_CLASSES: usize = CLASS_STARTS.len();
+/// Classes of copies whose acceptance is tracked apart: by match length, in the context and in
+/// a corpus ([`Match::class`]).
+pub const N_MATCH_CLASSES: usize = 2 * CLASS_STARTS.len();
 
-/// The class of a match of `len` tokens: 0 for 3, 1 for 4–5, 2 for 6–9, 3 for 10 or more.
+/// The match behind a copy: how many tokens matched, and where (the context, or a corpus the
+/// user pointed at, [`crate::corpus`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Match {
+    pub len: usize,
+    pub in_corpus: bool,
+}
+
+impl Match {
+    pub fn context(len: usize) -> Match {
+        Match { len, in_corpus: false }
+    }
+
+    pub fn corpus(len: usize) -> Match {
+        Match { len, in_corpus: true }
+    }
+
+    /// Its class of acceptance: by length ([`match_class`]), a corpus's classes after the
+    /// context's (a corpus is the user's text, not this one, and is right less often).
+    pub fn class(&self) -> usize {
+        match_class(self.len) + if self.in_corpus { CLASS_STARTS.len() } else { 0 }
+    }
+}
+
+/// A length alone is a match in the context.
+impl From<usize> for Match {
+    fn from(len: usize) -> Match {
+        Match::context(len)
+    }
+}
+
+/// The copy a round may propose after `text`: from the context ([`propose_matched`]), or from
+/// `corpus` where its match runs further back.
+pub fn propose_from(text: &[u32], corpus: Option<&Corpus>, max_len: usize) -> Option<(Vec<u32>, Match)> {
+    let own = propose_matched(text, max_len).map(|(copy, m)| (copy, Match::context(m)));
+    let other = corpus.and_then(|c| c.propose_matched(text, max_len));
+    match (own, other) {
+        (Some(a), Some(b)) if b.1.len > a.1.len => Some(b),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The length class of a match of `len` tokens: 0 for 3, 1 for 4–5, 2 for 6–9, 3 for 10 or more.
 pub fn match_class(len: usize) -> usize {
     CLASS_STARTS.iter().rposition(|&start| len >= start).unwrap_or(0)
 }
@@ -126,10 +171,25 @@ mod tests {
     fn match_lengths_fall_in_classes() {
         let classes: Vec<usize> = (3..=12).map(match_class).collect();
         assert_eq!(classes, [0, 1, 1, 2, 2, 2, 2, 3, 3, 3]);
-        assert_eq!(match_class(MAX_MATCH), N_MATCH_CLASSES - 1);
+        assert_eq!(match_class(MAX_MATCH), CLASS_STARTS.len() - 1);
+        assert_eq!(Match::corpus(MAX_MATCH).class(), N_MATCH_CLASSES - 1);
+        assert_eq!((Match::context(5).class(), Match::corpus(5).class()), (1, 5));
         // A long repetition: the match runs back MAX_MATCH tokens.
         let ctx = vec![7u32; 100];
         assert_eq!(propose_matched(&ctx, 2), Some((vec![7, 7], MAX_MATCH)));
+    }
+
+    #[test]
+    fn the_longer_match_of_context_and_corpus_is_copied() {
+        let ctx = [1, 2, 3, 4, 9, 8, 7, 6, 5, 1, 2, 3, 4, 9, 8, 7, 6, 5, 1, 2, 3];
+        // The context matches "1 2 3" back 9 tokens; the corpus "8 7 6 5 1 2 3" (7 tokens).
+        let corpus = Corpus::from_ids(&[8, 7, 6, 5, 1, 2, 3, 40, 50], 0);
+        assert_eq!(propose_from(&ctx, Some(&corpus), 2), Some((vec![4, 9], Match::context(12))));
+        let ctx = [0, 1, 2, 3, 11, 12, 8, 7, 6, 5, 1, 2, 3];
+        assert_eq!(propose_from(&ctx, Some(&corpus), 2), Some((vec![40, 50], Match::corpus(7))));
+        assert_eq!(propose_from(&ctx, None, 2), Some((vec![11, 12], Match::context(3))));
+        // Only the corpus has it.
+        assert_eq!(propose_from(&[8, 7, 6, 5, 1, 2, 3], Some(&corpus), 3), Some((vec![40, 50], Match::corpus(7))));
     }
 
     #[test]

@@ -23,18 +23,22 @@ const Q_CLASS_STEP: f64 = 0.05;
 /// for 8 to 64 target steps until a probe.
 const ALPHA_STEP: f64 = 0.1;
 /// Acceptance assumed for copied tokens before any was verified, by class of match length (3,
-/// 4–5, 6–9, 10+ tokens): near what the target's own `code` outputs gave (46%, 78%, 78%, 94%, see
-/// [`crate::lookup`]), lower for the shorter matches, which on prose are right less often. With
-/// 0.6 for every class, `bench` accepted 35–36% of the copies on `creative` and `qa`.
-pub(super) const LOOKUP_PRIOR: [f64; N_MATCH_LENS] = [0.4, 0.6, 0.75, 0.9];
+/// 4–5, 6–9, 10+ tokens) in the context, then in a corpus: in the context near what the target's
+/// own `code` outputs gave (46%, 78%, 78%, 94%, see [`crate::lookup`]), lower for the shorter
+/// matches, which on prose are right less often (with 0.6 for every class, `bench` accepted 35–36%
+/// of the copies on `creative` and `qa`); in a corpus, which is other text than this one, lower
+/// again until the run's own copies say otherwise (its matches start at 6 tokens,
+/// [`crate::corpus::MIN_CORPUS_MATCH`], so its first two classes stay unused).
+pub(super) const LOOKUP_PRIOR: [f64; N_MATCH_LENS] = [0.4, 0.6, 0.75, 0.9, 0.2, 0.35, 0.5, 0.75];
 const N_MATCH_LENS: usize = crate::lookup::N_MATCH_CLASSES;
+use crate::lookup::Match;
 
 #[derive(Debug, Clone)]
 pub(super) struct AcceptanceModel {
     /// Running acceptance probability of a round's first drafted token.
     pub(super) alpha: f64,
-    /// Running per-token acceptance of tokens copied from the context, by the class of the match's
-    /// length ([`crate::lookup::match_class`]).
+    /// Running per-token acceptance of copied tokens, by the class of their match
+    /// ([`crate::lookup::Match::class`]).
     alpha_lookup: [f64; N_MATCH_LENS],
     /// Running acceptance probability of a drafted token by the class of its draft probability
     /// q(x) (see [`Q_CLASS_BOUNDS`]).
@@ -59,14 +63,14 @@ impl AcceptanceModel {
         self.alpha = moved(self.alpha, 1, n_accepted.min(1));
     }
 
-    /// Acceptance estimate of tokens copied after a match of `matched` tokens.
-    pub(super) fn copied(&self, matched: usize) -> f64 {
-        self.alpha_lookup[crate::lookup::match_class(matched)]
+    /// Acceptance estimate of tokens copied after the match `matched`.
+    pub(super) fn copied(&self, matched: Match) -> f64 {
+        self.alpha_lookup[matched.class()]
     }
 
-    /// Copies verified after a match of `matched` tokens: `n_proposed`, `n_accepted` of them accepted.
-    pub(super) fn observe_copies(&mut self, matched: usize, n_proposed: usize, n_accepted: usize) {
-        let a = &mut self.alpha_lookup[crate::lookup::match_class(matched)];
+    /// Copies verified after the match `matched`: `n_proposed`, `n_accepted` of them accepted.
+    pub(super) fn observe_copies(&mut self, matched: Match, n_proposed: usize, n_accepted: usize) {
+        let a = &mut self.alpha_lookup[matched.class()];
         *a = moved(*a, n_proposed, n_accepted);
     }
 

@@ -33,7 +33,8 @@ pub struct BenchArgs {
     temperature: f32,
     /// Configurations: target, draft, fixed=K,tv=D, auto,tv=D, fixed=K,kl=D, or any rule with its
     /// parameter: cascade=α, fuzzy=T, typical=ε, lenience=l (add ,nobonus; auto
-    /// also copies from the context unless ,nolookup, and after drafted tokens unless ,notail;
+    /// also copies from the context unless ,nolookup, and after drafted tokens unless ,notail,
+    /// and from the files of --copy-from unless ,nocorpus;
     /// ,feature drafts with the shipped feature draft instead of the loaded one).
     /// Repeat the flag or separate with spaces.
     #[arg(long = "config", num_args = 1.., default_values_t = default_configs())]
@@ -83,6 +84,8 @@ pub struct BenchConfig {
     pub other_draft: Option<OtherDraft>,
     /// The coupling this configuration names, if any (`,sameseed`, `,maxaccept`).
     pub coupling: Option<Coupling>,
+    /// Run without the corpus of `--copy-from` (`,nocorpus`), to compare in one process.
+    pub no_corpus: bool,
 }
 
 /// The draft a configuration names instead of the loaded one.
@@ -100,6 +103,7 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
         verify: Verify::default(),
         other_draft: None,
         coupling: None,
+        no_corpus: false,
     };
     let (mut len, mut tree, mut side, mut lookup, mut tail) = (DraftLen::Fixed(4), None, false, true, true);
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -115,12 +119,13 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
             "side" => side = true,
             "nolookup" => lookup = false,
             "notail" => tail = false,
+            "nocorpus" => c.no_corpus = true,
             "noamx" => bail!("`noamx` in config `{s}`: the kernels are chosen once per process; run bench again with --kernel noamx"),
             "feature" => c.other_draft = Some(OtherDraft::Feature),
             "dw" => c.other_draft = Some(OtherDraft::Weights(value.parse().map_err(anyhow::Error::msg)?)),
             "sameseed" | "same-seed" => c.coupling = Some(Coupling::SameSeed),
             "maxaccept" | "max-acceptance" => c.coupling = Some(Coupling::MaxAcceptance),
-            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tree=WxD, tv=D, kl=D, nobonus, side, nolookup, notail, feature, dw=FORMAT, sameseed, maxaccept"),
+            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tree=WxD, tv=D, kl=D, nobonus, side, nolookup, notail, nocorpus, feature, dw=FORMAT, sameseed, maxaccept"),
         }
     }
     c.drafting = Drafting::from_controls(len, tree, side, Lookup::from_flags(lookup, tail))
@@ -247,7 +252,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let cancel = AtomicBool::new(false);
     eprint!("warm-up:");
     for c in &configs {
-        drafts.use_for(&mut engine, c.other_draft.is_some());
+        drafts.use_for(&mut engine, c);
         engine.generate(&c.request(&base, 1_000_003), &cancel, &mut |_| {})?;
         eprint!(" {}", c.label);
     }
@@ -262,7 +267,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let seed = s as u64;
             let shift = (repeat * args.seeds + s) % configs.len();
             for c in configs.iter().cycle().skip(shift).take(configs.len()) {
-                drafts.use_for(&mut engine, c.other_draft.is_some());
+                drafts.use_for(&mut engine, c);
                 let g = engine.generate(&c.request(&base, seed), &cancel, &mut |_| {})?;
                 eprint!(" {} {:.2}s", c.label, g.stats.e2e_s);
                 all.push(Measurement::of(c, &g, repeat, seed));
@@ -283,10 +288,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
 }
 
 /// The other draft of a comparison (`,feature` or `,dw=FORMAT`), swapped in for the
-/// configurations that name it.
+/// configurations that name it; and the corpus (`--copy-from`), taken out for those that say
+/// `,nocorpus`.
 struct Drafts {
     other: Option<mentor_lab::generate::LoadedModel>,
     other_in: bool,
+    corpus: Option<std::sync::Arc<mentor_lab::corpus::Corpus>>,
+    corpus_out: bool,
 }
 
 impl Drafts {
@@ -294,7 +302,7 @@ impl Drafts {
         let mut named: Vec<OtherDraft> = configs.iter().filter_map(|c| c.other_draft).collect();
         named.dedup();
         let (path, weights) = match named[..] {
-            [] => return Ok(Drafts { other: None, other_in: false }),
+            [] => return Ok(Drafts { other: None, other_in: false, corpus: None, corpus_out: false }),
             [OtherDraft::Feature] => (
                 mentor_lab::models::feature_draft()
                     .context("`,feature` needs assets/models/smollm2-135m-feature-draft.Q8_0.gguf")?,
@@ -308,13 +316,18 @@ impl Drafts {
         };
         let (device, options) = (mentor_lab::model::default_device(), args.models.options()?);
         let d = mentor_lab::engine::load_draft(&path, &engine.target, None, weights, &device, &options)?;
-        Ok(Drafts { other: Some(d), other_in: false })
+        Ok(Drafts { other: Some(d), other_in: false, corpus: None, corpus_out: false })
     }
 
-    fn use_for(&mut self, engine: &mut Engine, other: bool) {
+    fn use_for(&mut self, engine: &mut Engine, c: &BenchConfig) {
+        let other = c.other_draft.is_some();
         if other != self.other_in && self.other.is_some() {
             std::mem::swap(&mut engine.draft, &mut self.other);
             self.other_in = other;
+        }
+        if c.no_corpus != self.corpus_out {
+            std::mem::swap(&mut engine.corpus, &mut self.corpus);
+            self.corpus_out = c.no_corpus;
         }
     }
 }

@@ -36,12 +36,12 @@ pub fn head_tokens(args: HeadTokensArgs) -> Result<()> {
     };
     let file = mentor_lab::gguf::ModelFile::open(&draft)?;
     let tokenizer = mentor_lab::tokenizer::TextTokenizer::from_model_file(&file)?;
-    let files = head_tokens::corpus_files(&args.corpus);
+    let files = mentor_lab::corpus::text_files(&args.corpus);
     eprintln!("counting the tokens of {} files…", files.len());
     let counts = head_tokens::count_tokens(&tokenizer, &files)?;
     let mut always: Vec<u32> = tokenizer.inner.get_added_tokens_decoder().keys().copied().collect();
     if !args.keep_all.is_empty() {
-        let kept = head_tokens::count_tokens(&tokenizer, &head_tokens::corpus_files(&args.keep_all))?;
+        let kept = head_tokens::count_tokens(&tokenizer, &mentor_lab::corpus::text_files(&args.keep_all))?;
         always.extend((0..kept.len() as u32).filter(|&i| kept[i as usize] > 0));
         eprintln!("keeping every one of {} distinct tokens of --keep-all", kept.iter().filter(|&&c| c > 0).count());
     }

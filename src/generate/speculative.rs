@@ -8,8 +8,9 @@ use super::{
     Generation, LoadedModel, Lookup, Mode, RoundInfo, Run, TokenInfo, TokenSource,
 };
 use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN, MAX_SIDE_OFFERS};
+use crate::corpus::Corpus;
 use crate::error::{EngineError, Result};
-use crate::lookup::{point_mass, propose_matched};
+use crate::lookup::{point_mass, propose_from, Match};
 use crate::mentor::{lossless, mix, verify_same_seed, verify_token, Coupling, Mixed, Verdict};
 use crate::model::{LazyLogits, Transformer};
 use crate::sampling::{
@@ -28,6 +29,7 @@ pub fn generate_speculative(
     target: &mut LoadedModel,
     draft: &mut LoadedModel,
     req: &GenerateRequest,
+    corpus: Option<&Corpus>,
     cancel: &AtomicBool,
     on_event: &mut dyn FnMut(GenEvent),
 ) -> Result<Generation> {
@@ -42,6 +44,7 @@ pub fn generate_speculative(
     (run.on_event)(GenEvent::Prefilled { n_prompt_tokens: run.n_prompt, prefill_s: run.stats.prefill_s });
     let mut rounds = Rounds {
         req,
+        corpus,
         source,
         policy: AdaptivePolicy::with_costs(req.drafting.costs()),
         auto: req.drafting.is_adaptive(),
@@ -77,9 +80,9 @@ struct Proposal {
     /// The proposal distribution of each token (a point mass for a copy).
     q: Vec<Vec<f32>>,
     n_model: usize,
-    /// The context match behind a leading copy, and behind the copied tokens whichever they are.
-    matched: usize,
-    copy_matched: usize,
+    /// The match behind a leading copy, and behind the copied tokens whichever they are.
+    matched: Match,
+    copy_matched: Match,
     /// The context followed by the proposed tokens: the penalties' history at each position.
     text: Vec<u32>,
     /// The sum over prefixes of the estimated probability that the whole prefix is accepted.
@@ -99,6 +102,8 @@ struct Proposal {
 /// The state that lives across rounds.
 struct Rounds<'r> {
     req: &'r GenerateRequest,
+    /// A corpus the user pointed at, copied from as the context is.
+    corpus: Option<&'r Corpus>,
     source: DraftModel,
     policy: AdaptivePolicy,
     auto: bool,
@@ -178,10 +183,10 @@ impl Rounds<'_> {
 
     /// A copy from the context to propose instead of drafting (empty where the policy prefers
     /// the draft), cut after a stop token, and the length of the context match behind it.
-    fn leading_copy(&mut self, run: &Run, is_stop: impl Fn(&u32) -> bool) -> (Vec<u32>, usize) {
+    fn leading_copy(&mut self, run: &Run, is_stop: impl Fn(&u32) -> bool) -> (Vec<u32>, Match) {
         let (mut copy, matched) = match self.req.drafting.lookup() != Lookup::Off {
-            true => propose_matched(&run.context, MAX_DRAFT_LEN.min(run.remaining())).unwrap_or_default(),
-            false => (Vec::new(), 0),
+            true => propose_from(&run.context, self.corpus, MAX_DRAFT_LEN.min(run.remaining())).unwrap_or_default(),
+            false => (Vec::new(), Match::default()),
         };
         copy.truncate(if copy.is_empty() { 0 } else { self.policy.lookup_len(copy.len(), matched) });
         if let Some(stop) = copy.iter().position(is_stop) {
@@ -224,7 +229,7 @@ impl Rounds<'_> {
     /// copying it (no draft forward per token) while that pays; like the depth rule, this looks
     /// only at the tokens proposed so far. True when it copied.
     fn copy_tail(&mut self, p: &mut Proposal, p_prefix: &mut f64, room: usize, is_stop: impl Fn(&u32) -> bool) -> bool {
-        let Some((tail, m)) = propose_matched(&p.text, room) else { return false };
+        let Some((tail, m)) = propose_from(&p.text, self.corpus, room) else { return false };
         let n = self.policy.copy_tail_len(*p_prefix, p.tokens.len(), m, tail.len());
         let a = self.policy.alpha_lookup(m);
         for &y in tail.iter().take(n) {
@@ -509,7 +514,7 @@ pub(super) fn close_round(run: &mut Run, base: usize, c: RoundCounts, (draft_s, 
 
 impl Proposal {
     /// An empty proposal after `context`, room for `capacity` tokens.
-    fn new(context: &[u32], matched: usize, capacity: usize) -> Self {
+    fn new(context: &[u32], matched: Match, capacity: usize) -> Self {
         Proposal {
             tokens: Vec::with_capacity(capacity),
             q: Vec::with_capacity(capacity),

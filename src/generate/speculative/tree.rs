@@ -12,7 +12,7 @@ use crate::adaptive::{draft_token_s, MAX_DRAFT_LEN, MAX_SIDE_OFFERS};
 use crate::error::{EngineError, Result};
 use crate::generate::MAX_TREE_WIDTH;
 use crate::generate::{beside_log_z, plain_token, top_entries, Run, TokenInfo, TokenSource, TreeShape};
-use crate::lookup::{point_mass, propose_matched};
+use crate::lookup::{point_mass, propose_from, Match};
 use crate::mentor::{lossless, mix, take_probabilities, verify_candidates, Coupling, Mixed};
 use crate::model::{LazyLogits, Transformer};
 use crate::sampling::{
@@ -49,7 +49,7 @@ struct Tree {
     copy_q: Vec<bool>,
     /// Copied nodes, and the context match behind the copy.
     copied: Vec<bool>,
-    copy_matched: usize,
+    copy_matched: Match,
     /// Draft forwards run (the catch-up included), tokens the catch-up fed and its time.
     n_forwards: usize,
     caught_up: usize,
@@ -71,7 +71,7 @@ impl Tree {
             reach: vec![1.0],
             copy_q: vec![false],
             copied: vec![false],
-            copy_matched: 0,
+            copy_matched: Match::default(),
             n_forwards: 0,
             caught_up: 0,
             catch_up_s: 0.0,
@@ -362,7 +362,7 @@ impl Rounds<'_> {
     /// times the acceptance of copies after a match this long). A node whose next token comes
     /// from the copy alone verifies it with π = p, as a chain verifies copied tokens.
     fn add_copy(&self, run: &Run, tree: &mut Tree) {
-        let Some((copy, matched)) = propose_matched(&run.context, MAX_DRAFT_LEN.min(run.remaining())) else {
+        let Some((copy, matched)) = propose_from(&run.context, self.corpus, MAX_DRAFT_LEN.min(run.remaining())) else {
             return;
         };
         let a = self.policy.alpha_lookup(matched);
