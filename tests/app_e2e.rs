@@ -112,3 +112,40 @@ fn the_articles_experiment_fills_its_table() {
     assert_eq!(rows[3].acceptance, Some(1.0));
     assert!(rows[0].speedup.is_some_and(|s| s.iter().all(|&x| (x - 1.0).abs() < 1e-12)));
 }
+
+/// Copy from a folder, end to end: the target's own text in a folder the user picks is read by the
+/// real engine, and the mentored pane at budget 0 copies from it while reading the same as the
+/// target-only pane.
+#[test]
+fn a_picked_folder_is_copied_from_and_the_text_stays_the_targets() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = Settings {
+        max_tokens: 48,
+        ignore_eos: true,
+        budget: 0.0,
+        adaptive: true,
+        lookup: true,
+        prompt: "Write a short poem about the sea.".into(),
+        ..Settings::default()
+    };
+    let dialogs = Box::new(ui::FolderDialog(dir.path().to_path_buf()));
+    let mut app = MentorApp::new(settings, Vec::new(), engine_thread::spawn(None), dialogs);
+    wait_until(&mut app, "models to load", |a| a.view.models.target.is_some() && !a.view.models.loading);
+    app.queue(UiCommand::Run);
+    app.apply_queued();
+    wait_until(&mut app, "the run to finish", |a| !a.view.busy());
+    std::fs::write(dir.path().join("poem.md"), app.view.target.text()).unwrap();
+    app.queue(UiCommand::PickCorpus);
+    app.apply_queued();
+    wait_until(&mut app, "the folder to be read", |a| a.view.models.corpus.is_some());
+    let summary = app.view.models.corpus.clone().unwrap().unwrap();
+    assert!(summary.starts_with("1 files"), "{summary}");
+    app.queue(UiCommand::Run);
+    app.apply_queued();
+    wait_until(&mut app, "the second run to finish", |a| !a.view.busy());
+    assert!(app.view.error.is_none(), "{:?}", app.view.error);
+    let ids = |p: &mentor_lab::app::view::PaneView| p.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(ids(&app.view.target), ids(&app.view.mentored));
+    let copied = app.view.mentored.tokens.iter().filter(|t| t.source == mentor_lab::TokenSource::CopyAccepted).count();
+    assert!(copied > 16, "{copied} of 48 tokens copied");
+}

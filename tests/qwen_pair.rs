@@ -99,6 +99,21 @@ fn same_seed_at_d0_equals_target_only() {
     }
 }
 
+/// Copying from a corpus (a file with the target's own text): the copies come from it and the text
+/// at D = 0 stays target-only's.
+#[test]
+fn copies_from_a_corpus_keep_the_target_text() {
+    let mut engine = engine();
+    let plain = run(&mut engine, &request(Mode::Target, DraftLen::Fixed(4), 0.0));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("answer.py"), engine.target.tokenizer.decode(&ids(&plain)).unwrap()).unwrap();
+    engine.read_corpus(&[dir.path().to_path_buf()]).unwrap();
+    let spec = run(&mut engine, &request(Mode::Speculative, DraftLen::Auto, 0.0));
+    engine.corpus = None;
+    assert_eq!(ids(&spec), ids(&plain));
+    assert!(spec.stats.n_copied_accepted > 8, "{:?}", spec.stats);
+}
+
 /// Every rule at its no-relaxation value (cascade α = −1, fuzzy T = 0, lenience l = 1, and the
 /// budget rules at 0) writes target-only's token ids on the real pair under the same-seed coupling.
 #[test]

@@ -12,6 +12,7 @@ use crate::models::{self, FetchProgress};
 use crate::Engine;
 use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,6 +72,9 @@ pub enum EngineCommand {
         seeds: Vec<u64>,
         cancel: Arc<AtomicBool>,
     },
+    /// Copy from these files too (adaptive rounds; [`crate::corpus`]): read now with the loaded
+    /// target's tokenizer, and again after every load. Empty: stop.
+    ReadCorpus(Vec<PathBuf>),
     /// Fault injection for the reliability tests: the next streamed run panics at its first
     /// token, as a bug in the engine would, so that the recovery path runs for real.
     #[doc(hidden)]
@@ -140,6 +144,8 @@ pub enum EngineEvent {
         message: String,
     },
     Discovered(Vec<FoundModel>),
+    /// The corpus was read (its summary), dropped (None), or could not be read (why).
+    CorpusRead(Result<Option<String>, String>),
     /// No model is loaded any more (a load failed after the earlier pair was let go).
     Unloaded,
     /// Something the user should know that is not an error (the GPU could not be used).
@@ -289,6 +295,8 @@ pub fn spawn(waker: Option<egui::Context>) -> EngineHandle {
 struct Worker {
     engine: Option<Engine>,
     last_load: Option<ModelChoice>,
+    /// The files adaptive rounds copy from, read again after every load.
+    copy_from: Vec<PathBuf>,
     /// The run in progress, so that a panic can be reported against it.
     current_run: Option<u64>,
     /// Set by [`EngineCommand::PanicInNextRun`].
@@ -329,6 +337,10 @@ impl Worker {
             match cmd {
                 EngineCommand::Load(choice) => self.load(choice, out),
                 EngineCommand::Discover => out.send(EngineEvent::Discovered(discover())),
+                EngineCommand::ReadCorpus(paths) => {
+                    self.copy_from = paths;
+                    self.read_corpus(out);
+                }
                 EngineCommand::PanicInNextRun => self.panic_in_next_run = true,
                 EngineCommand::Compare { run_id, target, mentored, cancel } => {
                     self.current_run = Some(run_id);
@@ -403,7 +415,17 @@ impl Worker {
                     draft: engine.draft.as_ref().map(|d| (d.info.clone(), d.model.weight_desc.clone())),
                 });
                 self.engine = Some(engine);
+                if !self.copy_from.is_empty() {
+                    self.read_corpus(out);
+                }
             }
+        }
+    }
+
+    /// Read `copy_from` with the loaded target's tokenizer (once a target is loaded).
+    fn read_corpus(&mut self, out: &Outbox) {
+        if let Some(engine) = self.engine.as_mut() {
+            out.send(EngineEvent::CorpusRead(engine.read_corpus(&self.copy_from).map_err(|e| e.to_string())));
         }
     }
 

@@ -30,6 +30,7 @@ const HISTORY_KEY: &str = "mentor-lab.history";
 /// Native file dialogs, behind a trait so that tests (which have no desktop portal) can answer.
 pub trait Dialogs {
     fn open_model(&mut self) -> Option<PathBuf>;
+    fn pick_folder(&mut self) -> Option<PathBuf>;
     fn save_file(&mut self, default_name: &str) -> Option<PathBuf>;
 }
 
@@ -43,6 +44,9 @@ impl Dialogs for NativeDialogs {
     fn save_file(&mut self, default_name: &str) -> Option<PathBuf> {
         rfd::FileDialog::new().set_title("Export runs").set_file_name(default_name).save_file()
     }
+    fn pick_folder(&mut self) -> Option<PathBuf> {
+        rfd::FileDialog::new().set_title("A folder to copy from (your code, documents)").pick_folder()
+    }
 }
 
 /// What widgets ask for; applied in one place at the end of the frame.
@@ -54,6 +58,9 @@ pub enum UiCommand {
     Load(ModelChoice),
     OpenTarget,
     OpenDraft,
+    /// Choose a folder whose files adaptive rounds copy from; `ClearCorpus` stops.
+    PickCorpus,
+    ClearCorpus,
     Discover,
     ExportCsv,
     ExportJson,
@@ -117,6 +124,9 @@ impl MentorApp {
             frames: 0,
             cpu_sample: None,
         };
+        if !app.settings.copy_from.is_empty() {
+            app.send(EngineCommand::ReadCorpus(app.settings.copy_from.clone()));
+        }
         app.send(EngineCommand::Load(app.settings.models.clone()));
         app.view.models.loading = true;
         app.send(EngineCommand::Discover);
@@ -238,6 +248,16 @@ impl MentorApp {
                     }
                 }
                 UiCommand::Discover => self.send(EngineCommand::Discover),
+                UiCommand::PickCorpus => {
+                    if let Some(folder) = self.dialogs.pick_folder() {
+                        self.settings.copy_from = vec![folder];
+                        self.send(EngineCommand::ReadCorpus(self.settings.copy_from.clone()));
+                    }
+                }
+                UiCommand::ClearCorpus => {
+                    self.settings.copy_from.clear();
+                    self.send(EngineCommand::ReadCorpus(Vec::new()));
+                }
                 UiCommand::ExportCsv => self.export("mentor-lab-runs.csv", view::to_csv(&self.history)),
                 UiCommand::ExportJson => {
                     let json = serde_json::to_string_pretty(&self.history)

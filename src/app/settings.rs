@@ -36,6 +36,8 @@ pub struct Settings {
     pub bonus: bool,
     /// With the adaptive draft length: also copy from the context ([`crate::lookup`]).
     pub lookup: bool,
+    /// With copying on: the user's files to copy from too ([`crate::corpus`]).
+    pub copy_from: Vec<std::path::PathBuf>,
     /// Same-seed coupling: verify the draft's runners-up beside its chain where they pay.
     pub side_offers: bool,
     /// Draft a tree of candidates `tree_width` wide, as deep as the draft length, instead of a
@@ -79,6 +81,7 @@ impl Default for Settings {
             coupling: Coupling::default(),
             bonus: true,
             lookup: true,
+            copy_from: Vec::new(),
             side_offers: false,
             tree: false,
             tree_width: 2,

@@ -24,7 +24,7 @@ pub fn controls_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
     let busy = app.view.busy() || app.view.sweep.run_id.is_some() || app.view.experiment.run_id.is_some();
     prompt_ui(&mut app.settings, ui);
     ui.separator();
-    mentor_ui(&mut app.settings, ui);
+    mentor_ui(app, ui);
     ui.separator();
     sampling_ui(&mut app.settings, ui);
     ui.separator();
@@ -47,7 +47,9 @@ fn prompt_ui(s: &mut Settings, ui: &mut egui::Ui) {
     ui.add(egui::TextEdit::multiline(&mut s.prompt).desired_rows(6).desired_width(f32::INFINITY)).labelled_by(l.id);
 }
 
-fn mentor_ui(s: &mut Settings, ui: &mut egui::Ui) {
+fn mentor_ui(app: &mut MentorApp, ui: &mut egui::Ui) {
+    let corpus = app.view.models.corpus.clone();
+    let s = &mut app.settings;
     ui.heading("Mentor");
     rule_ui(s, ui);
     ui.horizontal(|ui| {
@@ -65,9 +67,14 @@ fn mentor_ui(s: &mut Settings, ui: &mut egui::Ui) {
     ui.checkbox(&mut s.adaptive, "adaptive draft length").on_hover_text(
         "Chooses k each round from measured acceptance and draft/verify costs; may fall back to target-only steps",
     );
-    ui.add_enabled_ui(s.adaptive, |ui| ui.checkbox(&mut s.lookup, "adaptive: also copy from the context"))
-        .response
-        .on_hover_text("Where the last tokens occurred before, propose what followed them (no draft forward); the policy uses it only where its measured acceptance pays. Copied tokens are highlighted apart.");
+    let asked = ui
+        .horizontal(|ui| {
+            ui.add_enabled_ui(s.adaptive, |ui| ui.checkbox(&mut s.lookup, "adaptive: copy from the context"))
+                .response
+                .on_hover_text("Where the last tokens occurred before, propose what followed them (no draft forward); the policy uses it only where its measured acceptance pays. Copied tokens are highlighted apart.");
+            ui.add_enabled_ui(s.adaptive && s.lookup, |ui| corpus_ui(&corpus, !s.copy_from.is_empty(), ui)).inner
+        })
+        .inner;
     ui.checkbox(&mut s.bonus, "bonus token after a fully accepted round");
     ui.add_enabled_ui(s.coupling == Coupling::SameSeed && s.adaptive && !s.tree, |ui| {
         ui.checkbox(&mut s.side_offers, "adaptive chain: also verify the draft's runners-up")
@@ -81,6 +88,34 @@ fn mentor_ui(s: &mut Settings, ui: &mut egui::Ui) {
          candidates.",
     );
     tree_ui(s, ui);
+    if let Some(cmd) = asked {
+        app.queue(cmd);
+    }
+}
+
+/// "and a folder": a folder of the user's (code, documents) that adaptive rounds copy from as
+/// from the context; the button shows how much was read (all of it on hover), × stops.
+fn corpus_ui(corpus: &Option<Result<String, String>>, chosen: bool, ui: &mut egui::Ui) -> Option<UiCommand> {
+    const WHAT: &str = "Also copy from your own files (a source tree, the documents the prompt is about): where the \
+        text runs along a passage of them, the next tokens are proposed from it with no draft forward and \
+        verified like any copy, so the text stays the target's at budget 0. Up to 16 MB of text.";
+    let (label, hover) = match (corpus, chosen) {
+        (Some(Ok(summary)), _) => {
+            (summary.split(',').next().unwrap_or_default().to_string(), format!("Copying from {summary}.\n\n{WHAT}"))
+        }
+        (Some(Err(e)), _) => ("folder not read".to_string(), e.clone()),
+        (None, true) => ("reading…".to_string(), WHAT.to_string()),
+        (None, false) => ("+ a folder…".to_string(), WHAT.to_string()),
+    };
+    let mut button = egui::Button::new(egui::RichText::new(label).small());
+    if matches!(corpus, Some(Err(_))) {
+        button = button.fill(ui.visuals().error_fg_color.gamma_multiply(0.3));
+    }
+    let mut asked = ui.add(button).on_hover_text(hover).clicked().then_some(UiCommand::PickCorpus);
+    if chosen && ui.small_button("×").on_hover_text("Stop copying from the folder").clicked() {
+        asked = Some(UiCommand::ClearCorpus);
+    }
+    asked
 }
 
 /// The rule's parameter slider, labelled and ranged by the rule itself (its hover text says which

@@ -198,6 +198,8 @@ impl SweepView {
 pub struct ModelsView {
     pub target: Option<(ModelInfo, String)>,
     pub draft: Option<(ModelInfo, String)>,
+    /// What the corpus of "copy from files" holds, or why it could not be read.
+    pub corpus: Option<Result<String, String>>,
     pub loading: bool,
     pub progress: Option<(String, Option<f32>)>,
 }
@@ -424,6 +426,12 @@ impl ViewState {
                 self.target_request = None;
             }
             EngineEvent::Notice(message) => self.error = Some(message),
+            EngineEvent::CorpusRead(read) => {
+                if let Err(e) = &read {
+                    self.error = Some(e.clone());
+                }
+                self.models.corpus = read.transpose();
+            }
             EngineEvent::Unloaded => {
                 self.models.target = None;
                 self.models.draft = None;

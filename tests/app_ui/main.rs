@@ -20,6 +20,7 @@ use std::sync::atomic::Ordering;
 struct ScriptedDialogs {
     open: Vec<PathBuf>,
     save: Option<PathBuf>,
+    folder: Option<PathBuf>,
 }
 
 impl Dialogs for ScriptedDialogs {
@@ -28,6 +29,9 @@ impl Dialogs for ScriptedDialogs {
     }
     fn save_file(&mut self, _name: &str) -> Option<PathBuf> {
         self.save.clone()
+    }
+    fn pick_folder(&mut self) -> Option<PathBuf> {
+        self.folder.clone()
     }
 }
 
@@ -65,7 +69,7 @@ fn harness(app: MentorApp) -> Harness<'static, MentorApp> {
 }
 
 fn no_dialogs() -> ScriptedDialogs {
-    ScriptedDialogs { open: Vec::new(), save: None }
+    ScriptedDialogs { open: Vec::new(), save: None, folder: None }
 }
 
 fn token(id: u32, text: &str, source: TokenSource, round: usize) -> TokenInfo {
@@ -461,8 +465,10 @@ fn history_exports_csv_and_json_and_open_loads_a_model() {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("runs.csv");
     let model = dir.path().join("picked.gguf");
-    let (app, rig) =
-        app_with(Settings::default(), ScriptedDialogs { open: vec![model.clone()], save: Some(csv.clone()) });
+    let (app, rig) = app_with(
+        Settings::default(),
+        ScriptedDialogs { open: vec![model.clone()], save: Some(csv.clone()), folder: None },
+    );
     let mut h = harness(app);
     h.get_by_label("Run").click();
     h.run_steps(2);
@@ -525,3 +531,5 @@ fn a_pane_finishing_mid_run_asks_for_no_extra_frame() {
 mod window;
 // Sweeps: the grid sent and the frontier plotted, every rule's values.
 mod sweep;
+// The folder that adaptive rounds copy from.
+mod corpus;

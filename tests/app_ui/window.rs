@@ -254,7 +254,10 @@ fn export_to_an_unwritable_place_is_an_error_and_keeps_the_runs() {
         places.push(PathBuf::from("/dev/full"));
     }
     for place in places {
-        let (app, rig) = app_with(Settings::default(), ScriptedDialogs { open: Vec::new(), save: Some(place.clone()) });
+        let (app, rig) = app_with(
+            Settings::default(),
+            ScriptedDialogs { open: Vec::new(), save: Some(place.clone()), folder: None },
+        );
         let mut h = harness(app);
         h.get_by_label("Run").click();
         h.run_steps(2);

@@ -16,6 +16,25 @@ impl Dialogs for NoDialogs {
     fn save_file(&mut self, _: &str) -> Option<PathBuf> {
         None
     }
+    fn pick_folder(&mut self) -> Option<PathBuf> {
+        None
+    }
+}
+
+/// Picks this folder when asked for one; no other dialog.
+#[allow(dead_code)]
+pub struct FolderDialog(pub PathBuf);
+
+impl Dialogs for FolderDialog {
+    fn open_model(&mut self) -> Option<PathBuf> {
+        None
+    }
+    fn save_file(&mut self, _: &str) -> Option<PathBuf> {
+        None
+    }
+    fn pick_folder(&mut self) -> Option<PathBuf> {
+        Some(self.0.clone())
+    }
 }
 
 /// Poll the engine's events until `done` holds. A guard (minutes, far beyond any run here) turns
