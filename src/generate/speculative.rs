@@ -11,10 +11,10 @@ use crate::adaptive::{AdaptivePolicy, MAX_DRAFT_LEN, MAX_SIDE_OFFERS};
 use crate::corpus::Corpus;
 use crate::error::{EngineError, Result};
 use crate::lookup::{point_mass, propose_from, Match};
-use crate::mentor::{lossless, mix, verify_same_seed, verify_token, Coupling, Mixed, Verdict};
+use crate::mentor::Coupling;
 use crate::model::{LazyLogits, Transformer};
 use crate::sampling::{
-    nll_given_log_z, probabilities, race_argmax, race_top, sample_index, uniform, Purpose, RaceNoise,
+    nll_given_log_z, probabilities, race_argmax, race_top, sample_index, Purpose, RaceNoise,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -59,14 +59,19 @@ pub fn generate_speculative(
         }
         let t_round = Instant::now();
         let base = run.context.len();
-        let proposal = rounds.propose(&run, dmodel)?;
+        let mut proposal = rounds.propose(&run, dmodel)?;
         let draft_s = t_round.elapsed().as_secs_f64();
         if run.cancel.load(Ordering::Relaxed) {
             break;
         }
         let (mut rows, mut verify_s) = rounds.verify(tmodel, &run, &proposal)?;
-        let (n_accepted, side) = rounds.accept(&mut run, tmodel, &proposal, &mut rows, &mut verify_s)?;
-        rounds.settle(&run, tmodel, dmodel, &rows, (base, n_accepted, side), proposal.tokens.len() + 1)?;
+        let tree = rounds.chain_tree(&run, &mut proposal);
+        let (path, _) = rounds.walk_tree(&mut run, tmodel, &tree, &mut rows, &mut verify_s)?;
+        // The trunk's nodes are 1..=k; a node past them is a side offer.
+        let k = proposal.tokens.len();
+        let n_accepted = path[1..].iter().take_while(|&&n| n <= k).count();
+        let side = path.last().filter(|&&n| n > k).map(|&n| n - k - 1);
+        rounds.settle(&run, tmodel, dmodel, &rows, (base, n_accepted, side), k + 1)?;
         let round_s = t_round.elapsed().as_secs_f64() - draft_s;
         rounds.record(&mut run, &proposal, base, (n_accepted, side.is_some()), (draft_s, verify_s, round_s));
     }
@@ -210,6 +215,12 @@ impl Rounds<'_> {
         self.req.drafting.side_offers() && self.req.coupling == Coupling::SameSeed
     }
 
+    /// Whether the policy learns how often the draft's runners-up are the target's token: where
+    /// rounds may verify them (trees, side offers).
+    fn learns_runners_up(&self) -> bool {
+        self.req.drafting.tree().is_some() || self.side_offers()
+    }
+
     /// The draft model's token at output position `at` under the request's coupling.
     fn draft_token(&mut self, q: &[f32], at: usize) -> u32 {
         if self.draft_attempts.len() <= at {
@@ -272,123 +283,6 @@ impl Rounds<'_> {
         Ok((rows, t_verify.elapsed().as_secs_f64()))
     }
 
-    /// Accept: walk the proposed tokens in order; the first rejection ends the round. The budget
-    /// is the draft model's to spend: copies are verified losslessly (π = p), so that a large
-    /// budget follows the draft, not the context's repetitions. When every token is accepted (or
-    /// none was proposed) the target's own next token comes free; so it does after a side offer
-    /// that was the target's token. Returns the accepted count of the chain, and the side offer
-    /// taken (its index in `p.side`), if one was.
-    fn accept(
-        &mut self,
-        run: &mut Run,
-        tmodel: &Transformer,
-        p: &Proposal,
-        rows: &mut LazyLogits,
-        verify_s: &mut f64,
-    ) -> Result<(usize, Option<usize>)> {
-        let req = self.req;
-        let (base, round) = (run.context.len(), run.rounds.len());
-        let mut n_accepted = 0;
-        let trunk = p.tokens.len() + 1;
-        for (i, (&x, q)) in p.tokens.iter().zip(&p.q).enumerate() {
-            let pos = (base - run.n_prompt + i) as u64;
-            let copied = i >= p.n_model;
-            let logits = verify_row(tmodel, rows, i, trunk, verify_s)?;
-            let ((pt, mixed), log_z) = beside_log_z(logits, self.n_vocab, true, || {
-                let pt = probabilities(logits, &p.text[..base + i], &req.sampling, self.n_vocab);
-                let mixed = if copied { lossless(&pt, q) } else { mix(req.verify.rule, &pt, q, req.verify.budget) };
-                (pt, mixed)
-            })?;
-            let verdict = self.verdict(&mixed.pi_mixed, q, x, pos);
-            run.tally.verified(i, mixed.tv_pi_p);
-            for &(t, q_t) in p.offers.get(i).map(Vec::as_slice).unwrap_or(&[]) {
-                self.policy.observe_side(q_t, f64::from(u8::from(t == verdict.token)));
-            }
-            let side = match verdict.accepted {
-                true => None,
-                false => p.side.iter().position(|&(at, t)| at == i && t == verdict.token),
-            };
-            let info = self.drafted_token_info(run, p, i, &verdict, side.is_some(), (&pt, &mixed));
-            run.emit(info, log_z.map(|z| nll_given_log_z(z, logits, verdict.token)))?;
-            if !copied {
-                self.policy.observe_drafted(q[x as usize], verdict.accept_prob);
-            }
-            if let Some(s) = side {
-                if !run.done() && req.verify.bonus {
-                    self.bonus(run, tmodel, rows, (trunk + s, i + 1, base, round), verify_s)?;
-                }
-                return Ok((n_accepted, side));
-            }
-            if !verdict.accepted {
-                return Ok((n_accepted, None));
-            }
-            n_accepted += 1;
-            run.tally.accepted_at[i] += 1;
-            if run.stopped {
-                return Ok((n_accepted, None));
-            }
-        }
-        let k = p.tokens.len();
-        if !run.done() && (k == 0 || req.verify.bonus) {
-            self.bonus(run, tmodel, rows, (k, k, base, round), verify_s)?;
-        }
-        Ok((n_accepted, None))
-    }
-
-    /// The coupling's verdict on drafted token `x` at output position `pos`.
-    fn verdict(&mut self, pi_mixed: &[f32], q: &[f32], x: u32, pos: u64) -> Verdict {
-        let seed = self.req.seed;
-        match self.req.coupling {
-            Coupling::SameSeed => verify_same_seed(pi_mixed, x, self.noise.at(pos)),
-            Coupling::MaxAcceptance => verify_token(
-                pi_mixed,
-                q,
-                x,
-                uniform(seed, pos, Purpose::AcceptTest),
-                uniform(seed, pos, Purpose::Residual),
-            ),
-        }
-    }
-
-    /// What the app and the logs learn of proposed token `i` and its verdict: where the emitted
-    /// token came from (`side_taken`: it was a side offer), p, q and π there, the side offers.
-    fn drafted_token_info(
-        &self,
-        run: &Run,
-        p: &Proposal,
-        i: usize,
-        verdict: &Verdict,
-        side_taken: bool,
-        (pt, mixed): (&[f32], &Mixed),
-    ) -> TokenInfo {
-        let (req, x, q) = (self.req, p.tokens[i], &p.q[i][..]);
-        let y = verdict.token as usize;
-        let offers: Vec<u32> = p.side.iter().filter(|s| s.0 == i).map(|s| s.1).collect();
-        let must: Vec<u32> = [verdict.token, x].into_iter().chain(offers.iter().copied()).collect();
-        TokenInfo {
-            source: match (verdict.accepted, i >= p.n_model, side_taken) {
-                (true, false, _) | (false, _, true) => TokenSource::DraftAccepted,
-                (true, true, _) => TokenSource::CopyAccepted,
-                (false, _, false) => TokenSource::Resampled,
-            },
-            p_target: Some(pt[y]),
-            q_draft: Some(q[y]),
-            pi_mixed: Some(mixed.pi_mixed[y]),
-            accept_prob: match req.coupling {
-                Coupling::SameSeed => None,
-                Coupling::MaxAcceptance => Some(verdict.accept_prob),
-            },
-            tv: Some(mixed.tv_pq),
-            theta: Some(mixed.theta),
-            round: Some(run.rounds.len()),
-            drafted: Some(x),
-            top: top_entries(run.tok, req.n_top, Some(pt), Some(q), Some(&mixed.pi_mixed[..]), &must),
-            offers,
-            rule_notes: req.rule_notes(pt, q, x),
-            ..plain_token(verdict.token, TokenSource::Target)
-        }
-    }
-
     /// The target's own token after the last accepted one, from verify row `row`, at offset `at`
     /// from the round's start `base` (`at == 0`: the round's only token).
     pub(super) fn bonus(
@@ -401,8 +295,13 @@ impl Rounds<'_> {
     ) -> Result<()> {
         let req = self.req;
         let pos = (base - run.n_prompt + at) as u64;
-        // Only this row: the chain's rows were computed on the walk; a tree's other nodes are not needed.
-        let logits = verify_row(tmodel, rows, row, 0, verify_s)?;
+        // Only this row: the trunk's rows were computed on the walk; other branches are not needed.
+        if rows.row(row).is_none() {
+            let t = Instant::now();
+            tmodel.lazy_row(rows, row)?;
+            *verify_s += t.elapsed().as_secs_f64();
+        }
+        let logits = rows.row(row).ok_or_else(|| EngineError::Internal(format!("verify row {row} missing")))?;
         let (pt, log_z) = beside_log_z(logits, self.n_vocab, true, || {
             probabilities(logits, &run.context, &req.sampling, self.n_vocab)
         })?;
@@ -536,25 +435,4 @@ impl Proposal {
         self.q.push(q);
         self.text.push(x);
     }
-}
-
-/// Row i of a round's verify logits, borrowed (a 49152-float copy per token cost more than the
-/// mentor math); computes the rest of the chain's rows (`..trunk`) first if the walk got past the
-/// likely rows, or the one row of a side offer, adding that time to `verify_s`.
-fn verify_row<'a>(
-    model: &Transformer,
-    rows: &'a mut LazyLogits,
-    i: usize,
-    trunk: usize,
-    verify_s: &mut f64,
-) -> Result<&'a [f32]> {
-    if rows.row(i).is_none() {
-        let t = Instant::now();
-        match i < trunk {
-            true => model.lazy_rows(rows, trunk)?,
-            false => model.lazy_row(rows, i)?,
-        }
-        *verify_s += t.elapsed().as_secs_f64();
-    }
-    rows.row(i).ok_or_else(|| EngineError::Internal(format!("verify row {i} missing")))
 }

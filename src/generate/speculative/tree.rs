@@ -7,7 +7,7 @@
 //! decides how much of it one round settles. With an adaptive draft length the policy shapes each
 //! tree, and a copy from the context can hang in it as a branch of its own.
 
-use super::{close_round, RoundCounts, Rounds};
+use super::{close_round, Proposal, RoundCounts, Rounds};
 use crate::adaptive::{draft_token_s, MAX_DRAFT_LEN, MAX_SIDE_OFFERS};
 use crate::error::{EngineError, Result};
 use crate::generate::MAX_TREE_WIDTH;
@@ -24,7 +24,7 @@ use std::time::Instant;
 
 /// The nodes of a round's tree, in the order the target runs them. Node 0 is the root: the last
 /// token of the context, which the target has not run yet.
-struct Tree {
+pub(super) struct Tree {
     tokens: Vec<u32>,
     parent: Vec<Option<usize>>,
     depth: Vec<usize>,
@@ -142,7 +142,8 @@ impl Rounds<'_> {
         let t_verify = Instant::now();
         let mut rows = tmodel.forward_tree(&tree.tokens, &tree.parent)?;
         let mut verify_s = t_verify.elapsed().as_secs_f64();
-        let path = self.walk_tree(run, tmodel, &tree, &mut rows, &mut verify_s)?;
+        let (path, n_walked) = self.walk_tree(run, tmodel, &tree, &mut rows, &mut verify_s)?;
+        self.observe_tree_copies(&tree, &path[..n_walked], path.get(n_walked).copied());
         let keep = run.context.len() - 1;
         self.noise.forget_before(run.n_emitted() as u64);
         tmodel.keep_path(&path)?;
@@ -172,6 +173,34 @@ impl Rounds<'_> {
         };
         close_round(run, base, counts, (draft_s, verify_s));
         Ok(())
+    }
+
+    /// A chain's proposal as the tree the walk takes: the proposed tokens as a trunk of width one
+    /// (node i + 1 is `tokens[i]`, as the verify rows are), each side offer a one-token branch
+    /// beside the trunk token it stands in for. The proposal's distributions move into the tree.
+    pub(super) fn chain_tree(&self, run: &Run, p: &mut Proposal) -> Tree {
+        let mut tree = Tree::new(run.context[run.context.len() - 1]);
+        let max_acceptance = self.req.coupling == Coupling::MaxAcceptance;
+        let mut reach = 1.0;
+        for (i, (&x, q)) in p.tokens.iter().zip(std::mem::take(&mut p.q)).enumerate() {
+            let copied = i >= p.n_model;
+            reach *= match copied {
+                true => self.policy.alpha_lookup(if p.n_model == 0 { p.matched } else { p.copy_matched }),
+                false => self.policy.accept_estimate(q[x as usize]),
+            };
+            let node = tree.push(x, i, true, reach);
+            (tree.copy_q[i], tree.copied[node]) = (copied, copied);
+            if max_acceptance && !copied {
+                tree.drawn[i] = Some(vec![x]);
+            }
+            tree.q[i] = Some(q);
+        }
+        for &(at, t) in &p.side {
+            let reach = tree.reach[at] * tree.q[at].as_ref().map_or(0.0, |q| self.policy.side_estimate(q[t as usize]));
+            tree.push(t, at, false, reach);
+        }
+        tree.copy_matched = p.copy_matched;
+        tree
     }
 
     /// Propose: depth by depth, the `width` most likely of the candidates (each expanded node's
@@ -408,20 +437,23 @@ impl Rounds<'_> {
 
     /// Walk the tree from the root: at a node the draft expanded, emit the race's winner under π
     /// and follow it if it is a child (max acceptance: check the children in their order with
-    /// [`verify_candidates`] and follow the one taken); at any other node emit the target's own token (the root's
-    /// always, a deeper one's as the bonus). Returns the path of nodes whose tokens are settled.
-    fn walk_tree(
+    /// [`verify_candidates`] and follow the one taken); at any other node emit the target's own
+    /// token (the root's always, a deeper one's as the bonus). A chain is a tree of width one, its
+    /// side offers one-token branches ([`Self::chain_tree`]). Returns the path of nodes whose
+    /// tokens are settled, and how many of them (a prefix) were walked with a verdict.
+    pub(super) fn walk_tree(
         &mut self,
         run: &mut Run,
         tmodel: &Transformer,
         tree: &Tree,
         rows: &mut LazyLogits,
         verify_s: &mut f64,
-    ) -> Result<Vec<usize>> {
+    ) -> Result<(Vec<usize>, usize)> {
         let req = self.req;
         let (base, round) = (run.context.len(), run.rounds.len());
         let mut path = vec![0usize];
         let mut node = 0;
+        let mut n_walked = 0;
         while !run.done() {
             let d = tree.depth[node];
             let pos = (base - run.n_prompt + d) as u64;
@@ -459,10 +491,8 @@ impl Rounds<'_> {
                     (v.token, v.taken.map(|j| children[j]), Some(v.accept_prob))
                 }
             };
-            if let Some(&c) = children.iter().find(|&&c| tree.copied[c]) {
-                self.policy.observe_copies(tree.copy_matched, 1, usize::from(tree.tokens[c] == y));
-            }
-            if self.auto && !tree.copy_q[node] {
+            n_walked += 1;
+            if !tree.copy_q[node] {
                 self.observe_node(tree, node, (q, &mixed.pi_mixed), y, pos);
             }
             run.tally.verified(d, mixed.tv_pi_p);
@@ -481,7 +511,18 @@ impl Rounds<'_> {
                 break;
             }
         }
-        Ok(path)
+        Ok((path, n_walked))
+    }
+
+    /// What a tree round teaches the policy of its copies: at each walked node with a copied
+    /// child, whether the walk took it (`next` follows the last walked node, if the walk went on).
+    fn observe_tree_copies(&mut self, tree: &Tree, walked: &[usize], next: Option<usize>) {
+        for (i, &node) in walked.iter().enumerate() {
+            if let Some(&c) = tree.children[node].iter().find(|&&c| tree.copied[c]) {
+                let taken = walked.get(i + 1).copied().or(next) == Some(c);
+                self.policy.observe_copies(tree.copy_matched, 1, usize::from(taken));
+            }
+        }
     }
 
     /// What the walk emits at `node`: the token `y` with the distributions behind it, the node's
@@ -527,7 +568,8 @@ impl Rounds<'_> {
                 (drawn.iter().map(|&x| x as usize).collect(), taken)
             }
             None => {
-                let top = race_top(q, self.noise.at(pos), 1 + MAX_SIDE_OFFERS);
+                let n = if self.learns_runners_up() { 1 + MAX_SIDE_OFFERS } else { 1 };
+                let top = race_top(q, self.noise.at(pos), n);
                 let hits = top.iter().map(|&t| f64::from(u8::from(t == y as usize))).collect();
                 (top, hits)
             }
