@@ -333,6 +333,12 @@ pub fn verify_candidates(
     u_accept: impl Fn(usize) -> f64,
     u_residual: f64,
 ) -> NodeVerdict {
+    // One drafted candidate (a chain's): the one-step rule, which it equals to the bit, without
+    // the copies of π and q the recursion keeps.
+    if let [(x, false)] = candidates {
+        let v = verify_token(pi_mixed, q, *x, u_accept(0), u_residual);
+        return NodeVerdict { taken: v.accepted.then_some(0), token: v.token, accept_prob: v.accept_prob };
+    }
     let mut rule = RecursiveRejection::new(pi_mixed, q);
     let mut accept_prob = 0.0;
     for (j, &(x, point_mass)) in candidates.iter().enumerate() {

@@ -3,8 +3,10 @@
 //! draws against the exact distribution) and on its edge cases.
 
 use mentor_lab::lookup::point_mass;
-use mentor_lab::mentor::{mix_tv, take_probabilities, tv_distance, verify_candidates, verify_token};
-use mentor_lab::sampling::{draft_uniform, sample_without_replacement, uniform, uniform_nth, Purpose};
+use mentor_lab::mentor::{
+    mix_tv, take_probabilities, tv_distance, verify_candidates, verify_token, RecursiveRejection,
+};
+use mentor_lab::sampling::{draft_uniform, sample_index, sample_without_replacement, uniform, uniform_nth, Purpose};
 
 #[path = "common/stats.rs"]
 mod stats;
@@ -150,10 +152,21 @@ fn recursive_rejection_emits_pi_and_accepts_more_with_width() {
     }
 }
 
-/// With one candidate the rule is the one-step rule, to the bit: same verdict, same token, same
-/// acceptance probability, for any uniforms.
+/// With one candidate the recursion is the one-step rule, to the bit: same verdict, same token,
+/// same acceptance probability, for any uniforms (so `verify_candidates` may take the one-step
+/// rule for a chain's one candidate).
 #[test]
 fn one_candidate_is_the_one_step_rule() {
+    // The recursion's steps for one candidate, as `verify_candidates` takes them for several.
+    let recursion = |pi: &[f32], q: &[f32], x: u32, point_mass: bool, ua: f64, ur: f64| {
+        let mut rule = RecursiveRejection::new(pi, q);
+        let a = rule.accept_prob(x, point_mass);
+        if ua < a {
+            return (true, x, a);
+        }
+        rule.reject(x, point_mass);
+        (false, sample_index(rule.residual(), ur) as u32, a)
+    };
     for case in 0..50u64 {
         let p = random_dist(7, 700 + case);
         let q = random_dist(7, 800 + case);
@@ -161,13 +174,19 @@ fn one_candidate_is_the_one_step_rule() {
         let x = (case % 7) as u32;
         let (ua, ur) = (uniform(case, 1, Purpose::AcceptTest), uniform(case, 1, Purpose::Residual));
         let one = verify_token(&pi, &q, x, ua, ur);
+        let (taken, token, a) = recursion(&pi, &q, x, false, ua, ur);
+        assert_eq!((taken, token), (one.accepted, one.token), "case {case}");
+        assert_eq!(a.to_bits(), one.accept_prob.to_bits(), "case {case}");
         let node = verify_candidates(&pi, &q, &[(x, false)], |_| ua, ur);
         assert_eq!((node.taken.is_some(), node.token), (one.accepted, one.token), "case {case}");
-        assert_eq!(node.accept_prob.to_bits(), one.accept_prob.to_bits(), "case {case}");
-        // A copied token (q a point mass) the same way.
+        // A copied token (q a point mass) the same way, as a copy or as a draw.
         let copy = point_mass(x, 7);
         let one = verify_token(&p, &copy, x, ua, ur);
-        let node = verify_candidates(&p, &copy, &[(x, false)], |_| ua, ur);
+        for point_mass in [false, true] {
+            let (taken, token, _) = recursion(&p, &copy, x, point_mass, ua, ur);
+            assert_eq!((taken, token), (one.accepted, one.token), "copy, case {case}");
+        }
+        let node = verify_candidates(&p, &copy, &[(x, true)], |_| ua, ur);
         assert_eq!((node.taken.is_some(), node.token), (one.accepted, one.token), "copy, case {case}");
     }
 }

@@ -1,7 +1,8 @@
 //! Speculative / mentored decoding. A round is five named steps: `propose` (copies from the
-//! context, the draft model, a copied tail), `verify` (one batched target forward), `accept` (the
-//! coupling's rule, token by token, then the bonus token), `settle` (both KV caches roll back to
-//! the accepted text) and `record` (statistics, the policy's observations, the round event).
+//! context, the draft model, a copied tail), `verify` (one batched target forward), the walk (the
+//! proposal as a tree of width one, walked by the one walk of every round, [`tree`]: the coupling's
+//! rule token by token, then the bonus token), `settle` (both KV caches roll back to the accepted
+//! text) and `record` (statistics, the policy's observations, the round event).
 
 use super::{
     beside_log_z, check_vocab, draw, new_run, plain_token, prepare, top_entries, DraftLen, GenEvent, GenerateRequest,
@@ -13,9 +14,7 @@ use crate::error::{EngineError, Result};
 use crate::lookup::{point_mass, propose_from, Match};
 use crate::mentor::Coupling;
 use crate::model::{LazyLogits, Transformer};
-use crate::sampling::{
-    nll_given_log_z, probabilities, race_argmax, race_top, sample_index, Purpose, RaceNoise,
-};
+use crate::sampling::{nll_given_log_z, probabilities, race_argmax, race_top, sample_index, Purpose, RaceNoise};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 

@@ -180,7 +180,6 @@ impl Rounds<'_> {
     /// beside the trunk token it stands in for. The proposal's distributions move into the tree.
     pub(super) fn chain_tree(&self, run: &Run, p: &mut Proposal) -> Tree {
         let mut tree = Tree::new(run.context[run.context.len() - 1]);
-        let max_acceptance = self.req.coupling == Coupling::MaxAcceptance;
         let mut reach = 1.0;
         for (i, (&x, q)) in p.tokens.iter().zip(std::mem::take(&mut p.q)).enumerate() {
             let copied = i >= p.n_model;
@@ -190,9 +189,6 @@ impl Rounds<'_> {
             };
             let node = tree.push(x, i, true, reach);
             (tree.copy_q[i], tree.copied[node]) = (copied, copied);
-            if max_acceptance && !copied {
-                tree.drawn[i] = Some(vec![x]);
-            }
             tree.q[i] = Some(q);
         }
         for &(at, t) in &p.side {
@@ -493,7 +489,7 @@ impl Rounds<'_> {
             };
             n_walked += 1;
             if !tree.copy_q[node] {
-                self.observe_node(tree, node, (q, &mixed.pi_mixed), y, pos);
+                self.observe_node(tree, node, (q, &mixed.pi_mixed), (y, accept_prob), pos);
             }
             run.tally.verified(d, mixed.tv_pi_p);
             let source = match next {
@@ -561,15 +557,29 @@ impl Rounds<'_> {
     /// the first candidate was to be taken, and each runner-up (verified or not, so the estimate
     /// is unselected). Same seed: whether the race's first choice, or a runner-up, was the
     /// emitted `y`. Max acceptance: the exact probabilities of [`take_probabilities`].
-    fn observe_node(&mut self, tree: &Tree, node: usize, (q, pi_mixed): (&[f32], &[f32]), y: u32, pos: u64) {
+    fn observe_node(
+        &mut self,
+        tree: &Tree,
+        node: usize,
+        (q, pi_mixed): (&[f32], &[f32]),
+        (y, accept_prob): (u32, Option<f64>),
+        pos: u64,
+    ) {
+        if !self.learns_runners_up() {
+            // A chain: its one candidate is the draft's choice, taken with the verdict's
+            // probability (max acceptance) or where it is the token emitted (same seed).
+            let first = tree.tokens[tree.children[node][0]];
+            let taken = accept_prob.unwrap_or(f64::from(u8::from(first == y)));
+            self.policy.observe_drafted(q[first as usize], taken);
+            return;
+        }
         let (drawn, taken): (Vec<usize>, Vec<f64>) = match &tree.drawn[node] {
             Some(drawn) => {
                 let taken = take_probabilities(pi_mixed, q, drawn);
                 (drawn.iter().map(|&x| x as usize).collect(), taken)
             }
             None => {
-                let n = if self.learns_runners_up() { 1 + MAX_SIDE_OFFERS } else { 1 };
-                let top = race_top(q, self.noise.at(pos), n);
+                let top = race_top(q, self.noise.at(pos), 1 + MAX_SIDE_OFFERS);
                 let hits = top.iter().map(|&t| f64::from(u8::from(t == y as usize))).collect();
                 (top, hits)
             }
@@ -583,9 +593,11 @@ impl Rounds<'_> {
     }
 }
 
-/// The verify rows the walk needs at `node`, where they are not computed yet: the node and the
-/// first choices below it, as far as the walk is likely to get (1 + the sum of their chances
-/// from here, as a chain's likely rows), in one batch; the time goes to `verify_s`.
+/// The verify rows the walk needs at `node`, where they are not computed yet, in one batch: the
+/// node and the first choices below it, as far as the walk is likely to get (1 + the sum of their
+/// chances from here, as a chain's likely rows); where the walk outran the path it was expected
+/// to take (the node is its parent's first choice), all the rest of that path, so that a long
+/// accepted run costs one more head product, not one per estimate. The time goes to `verify_s`.
 fn walk_rows(tmodel: &Transformer, tree: &Tree, rows: &mut LazyLogits, node: usize, verify_s: &mut f64) -> Result<()> {
     if rows.row(node).is_some() {
         return Ok(());
@@ -596,9 +608,12 @@ fn walk_rows(tmodel: &Transformer, tree: &Tree, rows: &mut LazyLogits, node: usi
         expected.push(c);
         at = c;
     }
-    let from = tree.reach[node].max(1e-12);
-    let likely = 1.0 + expected[1..].iter().map(|&c| tree.reach[c] / from).sum::<f64>();
-    expected.truncate((likely.ceil() as usize).clamp(1, expected.len()));
+    let outran = tree.parent[node].is_some_and(|p| tree.children[p].first() == Some(&node));
+    if !outran {
+        let from = tree.reach[node].max(1e-12);
+        let likely = 1.0 + expected[1..].iter().map(|&c| tree.reach[c] / from).sum::<f64>();
+        expected.truncate((likely.ceil() as usize).clamp(1, expected.len()));
+    }
     tmodel.lazy_rows_of(rows, &expected)?;
     *verify_s += t.elapsed().as_secs_f64();
     Ok(())
