@@ -59,81 +59,36 @@ fn runs(feature: bool) -> Vec<(String, GenerateRequest)> {
         drafting: Drafting::Chain(4),
         ..GenerateRequest::default()
     };
+    let (same, max_acc, tv) = (Coupling::SameSeed, Coupling::MaxAcceptance, Verify::tv);
+    let (chain, tree) = (Drafting::Chain(4), TreeShape { width: 3, depth: 4 });
+    let adaptive = Adaptive { costs: Some(cheap_rows), ..Adaptive::default() };
+    let auto = Drafting::Adaptive(adaptive);
+    let side = Drafting::Adaptive(Adaptive { branches: Branches::SideOffers, ..adaptive });
+    let auto_tree = Drafting::Adaptive(Adaptive { branches: Branches::Tree(tree), ..adaptive });
+    let shapes: [(&str, Drafting, Coupling, Verify); 16] = [
+        ("chain-d0", chain, same, tv(0.0)),
+        ("chain-tv0.5", chain, same, tv(0.5)),
+        ("chain-tv1-k8", Drafting::Chain(8), same, tv(1.0)),
+        ("chain-maxacc-tv0.5", chain, max_acc, tv(0.5)),
+        ("chain-maxacc-d0", chain, max_acc, tv(0.0)),
+        ("chain-nobonus-tv0.3", chain, same, Verify { bonus: false, ..tv(0.3) }),
+        ("chain-cascade0.2", chain, same, Verify::rule(MentorRule::Cascade, 0.2)),
+        ("chain-lenience0.5", chain, same, Verify::rule(MentorRule::Lenience, 0.5)),
+        ("auto-d0", auto, same, tv(0.0)),
+        ("auto-tv0.5", auto, same, tv(0.5)),
+        ("auto-side-d0", side, same, tv(0.0)),
+        ("auto-side-tv0.5", side, same, Verify { bonus: false, ..tv(0.5) }),
+        ("tree-d0", Drafting::Tree(tree), same, tv(0.0)),
+        ("tree-tv0.5", Drafting::Tree(tree), same, tv(0.5)),
+        ("tree-maxacc-tv0.5", Drafting::Tree(tree), max_acc, tv(0.5)),
+        ("tree-auto-d0", auto_tree, same, tv(0.0)),
+    ];
     let mut out = Vec::new();
     for (pname, prompt) in [("story", STORY), ("code", CODE)] {
-        let at = |r: GenerateRequest| GenerateRequest { prompt: prompt.into(), ..r };
-        let max_acc = Coupling::MaxAcceptance;
-        let tree = TreeShape { width: 3, depth: 4 };
-        let adaptive = Adaptive { costs: Some(cheap_rows), ..Adaptive::default() };
-        let auto = GenerateRequest { drafting: Drafting::Adaptive(adaptive), ..base.clone() };
-        let side = Drafting::Adaptive(Adaptive { branches: Branches::SideOffers, ..adaptive });
-        let auto_tree = Drafting::Adaptive(Adaptive { branches: Branches::Tree(tree), ..adaptive });
-        let mut add = |n: &str, r: GenerateRequest| {
-            out.push((format!("{}/{pname}/{n}", ["ind", "feat"][feature as usize]), at(r)))
-        };
-        add("chain-d0", base.clone());
-        add("chain-tv0.5", GenerateRequest { verify: Verify { budget: 0.5, ..base.verify }, ..base.clone() });
-        add(
-            "chain-tv1-k8",
-            GenerateRequest {
-                verify: Verify { budget: 1.0, ..base.verify },
-                drafting: Drafting::Chain(8),
-                ..base.clone()
-            },
-        );
-        add(
-            "chain-maxacc-tv0.5",
-            GenerateRequest { coupling: max_acc, verify: Verify { budget: 0.5, ..base.verify }, ..base.clone() },
-        );
-        add("chain-maxacc-d0", GenerateRequest { coupling: max_acc, ..base.clone() });
-        add(
-            "chain-nobonus-tv0.3",
-            GenerateRequest { verify: Verify { budget: 0.3, bonus: false, ..base.verify }, ..base.clone() },
-        );
-        add(
-            "chain-cascade0.2",
-            GenerateRequest {
-                verify: Verify { rule: MentorRule::Cascade, budget: 0.2, ..base.verify },
-                ..base.clone()
-            },
-        );
-        add(
-            "chain-lenience0.5",
-            GenerateRequest {
-                verify: Verify { rule: MentorRule::Lenience, budget: 0.5, ..base.verify },
-                ..base.clone()
-            },
-        );
-        add("auto-d0", auto.clone());
-        add("auto-tv0.5", GenerateRequest { verify: Verify { budget: 0.5, ..auto.verify }, ..auto.clone() });
-        add("auto-side-d0", GenerateRequest { drafting: side, ..auto.clone() });
-        add(
-            "auto-side-tv0.5",
-            GenerateRequest {
-                drafting: side,
-                verify: Verify { budget: 0.5, bonus: false, ..auto.verify },
-                ..auto.clone()
-            },
-        );
-        add("tree-d0", GenerateRequest { drafting: Drafting::Tree(tree), ..base.clone() });
-        add(
-            "tree-tv0.5",
-            GenerateRequest {
-                drafting: Drafting::Tree(tree),
-                verify: Verify { budget: 0.5, ..base.verify },
-                ..base.clone()
-            },
-        );
-        add(
-            "tree-maxacc-tv0.5",
-            GenerateRequest {
-                drafting: Drafting::Tree(tree),
-                verify: Verify { budget: 0.5, ..base.verify },
-                coupling: max_acc,
-                ..base.clone()
-            },
-        );
-        add("tree-auto-d0", GenerateRequest { drafting: auto_tree, ..auto.clone() });
+        for &(n, drafting, coupling, verify) in &shapes {
+            let name = format!("{}/{pname}/{n}", ["ind", "feat"][feature as usize]);
+            out.push((name, GenerateRequest { prompt: prompt.into(), drafting, coupling, verify, ..base.clone() }));
+        }
     }
     out
 }
