@@ -234,11 +234,9 @@ fn check(r: &SoakResult, max_growth: f64) {
 #[test]
 fn short_soak_accounts_for_every_event_and_leaks_nothing() {
     let r = soak(20, 100, 12);
-    // Its short warm-up does not always bring the process to the plateau the long run reaches:
-    // between quiescent samples the resident set moves by up to 30 MiB (240 to 270 on the default
-    // pair, up and back down as often as up), so this one catches a leak of more than a fifth in
-    // 100 commands; the long run keeps the 5% bound.
-    check(&r, 0.20);
+    // The long run keeps the 5% bound; this one catches a leak of more than a tenth in 100
+    // commands.
+    check(&r, 0.10);
 }
 
 #[test]

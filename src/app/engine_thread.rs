@@ -3,12 +3,15 @@
 //! poll or repaint continuously), and survives panics: a panic becomes an error event, the models
 //! are reloaded and the thread carries on.
 
+mod discover;
 mod sweep;
+
+pub use discover::discover;
 
 use crate::engine::{DraftUse, LoadStep, LoadedPair};
 use crate::generate::{DraftLen, GenEvent, GenerateRequest, RoundInfo, Stats, TokenInfo};
 use crate::gguf::ModelInfo;
-use crate::models::{self, FetchProgress};
+use crate::models::FetchProgress;
 use crate::Engine;
 use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
@@ -493,20 +496,6 @@ impl Worker {
             }
         }
     }
-}
-
-/// Every GGUF on disk that opens, with its tokenizer's
-/// [`crate::tokenizer::TextTokenizer::pair_fingerprint`]: files that fit each other as a pair
-/// have the same one.
-pub fn discover() -> Vec<FoundModel> {
-    models::discover_gguf()
-        .into_iter()
-        .filter_map(|path| {
-            let file = crate::gguf::ModelFile::open(&path).ok()?;
-            let tok = crate::tokenizer::TextTokenizer::from_model_file(&file).ok()?;
-            Some(FoundModel { info: file.info(), tokenizer_fingerprint: tok.pair_fingerprint() })
-        })
-        .collect()
 }
 
 #[cfg(test)]
