@@ -19,6 +19,7 @@ pub mod head_tokens;
 pub mod measure_ui;
 pub mod models;
 pub mod random;
+pub mod teacher;
 
 /// Which models to load and how.
 #[derive(Args, Clone)]

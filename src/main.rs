@@ -24,6 +24,8 @@ enum Command {
     Models,
     /// The tokens a draft's output head is restricted to, counted from a corpus of your text.
     HeadTokens(cli::head_tokens::HeadTokensArgs),
+    /// The target's top-K next-token log-probabilities over given answers (data to distil a draft from).
+    TeacherData(cli::teacher::TeacherArgs),
     /// Fetch a built-in pair's models (`default`, `qwen-coder`): resumable, checked, atomic.
     Fetch(cli::fetch::FetchArgs),
     /// Time configurations against target-only: warm-up, repeats × seeds, medians (the article's method).
@@ -49,6 +51,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::Models) => cli::models::list_models(),
         Some(Command::Fetch(args)) => cli::fetch::fetch(args),
         Some(Command::HeadTokens(args)) => cli::head_tokens::head_tokens(args),
+        Some(Command::TeacherData(args)) => cli::teacher::teacher_data(args),
         Some(Command::Bench(args)) => cli::bench::run(args),
         Some(Command::EvalDraft(args)) => cli::models::eval_draft(args),
         Some(Command::Cost(args)) => cli::cost::cost(args),

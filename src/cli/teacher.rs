@@ -1,0 +1,134 @@
+//! `teacher-data`: the target's next-token distributions over given answers (its top K
+//! log-probabilities at every answer position), the compact data a small draft is distilled from
+//! on a machine that cannot hold the target (`train/qwen_teacher.py`).
+
+use super::ModelArgs;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct TeacherArgs {
+    #[command(flatten)]
+    models: ModelArgs,
+    /// JSON lines, one `{"prompt": …, "answer": …}` per line: the prompt goes through the chat
+    /// template, the answer follows it as the assistant's text.
+    #[arg(long)]
+    input: PathBuf,
+    /// The file to write (replaced whole once done; see `train/qwen_teacher.py` for the layout).
+    #[arg(long)]
+    out: PathBuf,
+    /// Log-probabilities kept per position.
+    #[arg(long, default_value_t = 16)]
+    top: usize,
+    /// Most tokens of one record (prompt and answer); longer answers are cut.
+    #[arg(long, default_value_t = 1024)]
+    max_tokens: usize,
+}
+
+/// Rows of logits computed per forward (64 rows of a 151,936-token vocabulary: 39 MB).
+const ROWS_PER_FORWARD: usize = 64;
+
+pub fn teacher_data(args: TeacherArgs) -> Result<()> {
+    if args.top == 0 || args.top > 256 {
+        bail!("--top must be 1 to 256");
+    }
+    let mut engine = super::load_engine(&args.models, false)?;
+    let target = &mut engine.target;
+    let input = std::fs::File::open(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
+    let tmp = args.out.with_extension(format!("{}.part", std::process::id()));
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+    let mut records = Vec::new();
+    for (n, line) in std::io::BufReader::new(input).lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(&line).with_context(|| format!("line {}", n + 1))?;
+        let (Some(prompt), Some(answer)) = (v["prompt"].as_str(), v["answer"].as_str()) else {
+            bail!("line {}: expected {{\"prompt\": …, \"answer\": …}}", n + 1);
+        };
+        let mut ids = target.tokenizer.prompt_ids(prompt, false)?;
+        let n_prompt = ids.len();
+        ids.extend(target.tokenizer.encode(answer)?);
+        ids.truncate(args.max_tokens);
+        if ids.len() <= n_prompt {
+            continue;
+        }
+        records.push(distributions(&mut target.model, &ids, n_prompt, args.top)?);
+        records.last_mut().expect("pushed").0 = ids;
+    }
+    out.write_all(b"MLTD")?;
+    for v in [1u32, args.top as u32, records.len() as u32] {
+        out.write_all(&v.to_le_bytes())?;
+    }
+    let mut n_positions = 0;
+    for (ids, n_prompt, rows) in &records {
+        out.write_all(&(ids.len() as u32).to_le_bytes())?;
+        out.write_all(&(*n_prompt as u32).to_le_bytes())?;
+        ids.iter().try_for_each(|t| out.write_all(&t.to_le_bytes()))?;
+        for (top_ids, logp) in rows {
+            top_ids.iter().try_for_each(|t| out.write_all(&t.to_le_bytes()))?;
+            logp.iter().try_for_each(|p| out.write_all(&p.to_le_bytes()))?;
+        }
+        n_positions += rows.len();
+    }
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, &args.out)?;
+    println!("{}: {} records, {n_positions} answer positions", args.out.display(), records.len());
+    Ok(())
+}
+
+type TopRows = Vec<(Vec<u32>, Vec<f32>)>;
+
+/// The target's top `k` log-probabilities at every position that predicts an answer token
+/// (`ids[n_prompt..]`), after a fresh cache.
+fn distributions(
+    model: &mut mentor_lab::model::Transformer,
+    ids: &[u32],
+    n_prompt: usize,
+    k: usize,
+) -> Result<(Vec<u32>, usize, TopRows)> {
+    model.clear()?;
+    if n_prompt > 1 {
+        model.feed(&ids[..n_prompt - 1])?;
+    }
+    let mut rows = Vec::with_capacity(ids.len() - n_prompt);
+    for piece in ids[n_prompt - 1..ids.len() - 1].chunks(ROWS_PER_FORWARD) {
+        for logits in model.forward_rows(piece)? {
+            rows.push(top_log_probs(&logits, k));
+        }
+    }
+    Ok((Vec::new(), n_prompt, rows))
+}
+
+/// The `k` largest log-softmax values of `logits` and their ids, largest first.
+fn top_log_probs(logits: &[f32], k: usize) -> (Vec<u32>, Vec<f32>) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = max + logits.iter().map(|&l| ((l - max) as f64).exp()).sum::<f64>().ln() as f32;
+    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+    let k = k.min(idx.len());
+    idx.select_nth_unstable_by(k - 1, |&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+    idx.truncate(k);
+    idx.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+    let logp = idx.iter().map(|&i| logits[i as usize] - lse).collect();
+    (idx, logp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_log_probs_are_the_largest_normalized() {
+        let logits = [0.0f32, 3.0, 1.0, 2.0, -1.0];
+        let (ids, logp) = top_log_probs(&logits, 3);
+        assert_eq!(ids, vec![1, 3, 2]);
+        let z: f32 = logits.iter().map(|l| l.exp()).sum();
+        for (i, lp) in ids.iter().zip(&logp) {
+            assert!((lp - (logits[*i as usize].exp() / z).ln()).abs() < 1e-5);
+        }
+    }
+}
