@@ -172,15 +172,10 @@ impl CpuModel {
         }
     }
 
-    /// The final normalized hidden states `(n_new, n_embd)` (the head's input) of tokens whose
-    /// embeddings are `x: (n_new, n_embd)`, at positions `pos .. pos + n_new`; the cache must hold
-    /// `pos + n_new` positions (see [`Self::reserve`]).
-    pub fn forward(&mut self, cfg: &ModelConfig, x: Vec<f32>, pos: usize) -> Vec<f32> {
-        self.forward_at(cfg, x, pos, Attend::Causal { pos })
-    }
-
-    /// The same for new rows written to the cache from row `row0` on, each attending to the rows
-    /// and at the position `attend` gives it (a tree of candidates; see [`Attend`]).
+    /// The final normalized hidden states `(n_new, n_embd)` (the head's input) of rows whose
+    /// inputs are `x: (n_new, n_embd)`, written to the cache from row `row0` on, each attending to
+    /// the rows and at the position `attend` gives it (a chain, or a tree of candidates; see
+    /// [`Attend`]); the cache must hold `row0 + n_new` positions (see [`Self::reserve`]).
     pub fn forward_at(&mut self, cfg: &ModelConfig, mut x: Vec<f32>, row0: usize, attend: Attend) -> Vec<f32> {
         let d = cfg.n_embd;
         let n = x.len() / d;

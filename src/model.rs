@@ -5,7 +5,7 @@
 //! One model file covers the `llama` and `qwen2` GGUF architectures; they differ only in attention
 //! biases (qwen2) and in which dimensions RoPE pairs up (see [`crate::gguf::Arch`]).
 
-use crate::cpu_step::{self, CpuModel};
+use crate::cpu_step;
 use crate::embedding::Embedding;
 use crate::error::{EngineError, Result};
 use crate::gguf::{dtype_name, Arch, ModelConfig, ModelFile};
@@ -15,12 +15,14 @@ use candle_core::{DType, Device, Module, Tensor};
 use std::fs::File;
 use std::io::BufReader;
 
+mod backend;
 mod device;
 mod features;
 mod load;
 mod tensor_path;
 mod tree;
 mod weights;
+use backend::{Backends, Input};
 pub use device::{choose_accelerated, default_device, device_note, probe_device};
 use load::*;
 use tensor_path::TensorPath;
@@ -69,9 +71,8 @@ pub struct Transformer {
     device: Device,
     /// (n_vocab, n_embd), as in the file, for the token lookup.
     embed: Embedding,
-    /// The tensor path: the blocks as candle tensors (their matrices shared with the CPU step),
-    /// the RoPE tables and the KV cache as tensors.
-    tensor: TensorPath,
+    /// The forward engines: the CPU step and the tensor path ([`backend`]).
+    backends: Backends,
     /// (n_vocab, n_embd); the embedding matrix when tied. None for a feature draft that borrows
     /// its target's ([`Self::borrow_embedding`]).
     head: Option<Linear>,
@@ -79,10 +80,6 @@ pub struct Transformer {
     n_cached: usize,
     /// Human-readable weight format actually used, e.g. "Q8_0 (from Q4_1)".
     pub weight_desc: String,
-    /// The same model for the CPU step, when every matrix runs through our kernels.
-    cpu: Option<CpuModel>,
-    /// Whether `forward` uses `cpu` (on by default where it exists).
-    cpu_step: bool,
     /// The output head restricted to the tokens the file lists (`mentor_lab.head_tokens`), with
     /// our kernels only; used while `restrict_head` is on.
     small_head: Option<cpu_step::SmallHead>,
@@ -100,7 +97,7 @@ pub struct Transformer {
 /// ([`Transformer::forward_lazy`]).
 #[derive(Debug, Clone)]
 pub struct LazyLogits {
-    hidden: Vec<f32>, // (n, n_embd); empty when every row was computed at once
+    hidden: Vec<f32>, // (n, n_embd)
     rows: Vec<Option<Vec<f32>>>,
 }
 
@@ -111,8 +108,7 @@ impl LazyLogits {
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
-    /// The final hidden states `(n, n_embd)` of the forward's rows, where the CPU step ran
-    /// it (empty otherwise).
+    /// The final hidden states `(n, n_embd)` of the forward's rows.
     pub fn hidden(&self) -> &[f32] {
         &self.hidden
     }
@@ -122,7 +118,6 @@ impl LazyLogits {
     }
 }
 
-const INITIAL_CACHE: usize = 256;
 /// RoPE tables are precomputed up to this many positions (or the model's context, if smaller).
 const MAX_ROPE_POS: usize = 32_768;
 
@@ -138,7 +133,7 @@ impl Transformer {
 
     /// Largest context this instance can run (RoPE tables and the model's own limit).
     pub fn max_context(&self) -> usize {
-        self.tensor.cos.dims()[0]
+        self.backends.max_pos()
     }
 
     /// Forget everything: the next forward starts at position 0. The buffers are kept (their
@@ -163,16 +158,13 @@ impl Transformer {
             Projections::Separate(parts) => parts.iter().map(&f).sum(),
         };
         let layers: usize =
-            self.tensor.layers.iter().map(|l| proj(&l.qkv) + f(&l.wo) + proj(&l.gate_up) + f(&l.w_down)).sum();
+            self.backends.tensor.layers.iter().map(|l| proj(&l.qkv) + f(&l.wo) + proj(&l.gate_up) + f(&l.w_down)).sum();
         layers + self.head.as_ref().map_or(0, &f)
     }
 
     pub fn clear(&mut self) -> Result<()> {
         self.n_cached = 0;
         self.tree = None;
-        if self.tensor.cache.is_empty() && !self.cpu_step {
-            self.allocate_cache(INITIAL_CACHE.min(self.max_context()))?;
-        }
         Ok(())
     }
 
@@ -183,41 +175,43 @@ impl Transformer {
         self.tree = None;
     }
 
-    fn allocate_cache(&mut self, capacity: usize) -> Result<()> {
-        let c = &self.config;
-        let shape = (1, c.n_kv_head, capacity, c.head_dim);
-        let mut cache = Vec::with_capacity(c.n_layer);
-        for old in self.tensor.cache.iter() {
-            let k = Tensor::zeros(shape, DType::F32, &self.device)?;
-            let v = Tensor::zeros(shape, DType::F32, &self.device)?;
-            if self.n_cached > 0 {
-                k.slice_set(&old.k.narrow(2, 0, self.n_cached)?.contiguous()?, 2, 0)?;
-                v.slice_set(&old.v.narrow(2, 0, self.n_cached)?.contiguous()?, 2, 0)?;
-            }
-            cache.push(LayerCache { k, v });
-        }
-        while cache.len() < c.n_layer {
-            cache.push(LayerCache {
-                k: Tensor::zeros(shape, DType::F32, &self.device)?,
-                v: Tensor::zeros(shape, DType::F32, &self.device)?,
-            });
-        }
-        self.tensor.cache = cache;
-        self.tensor.cache_capacity = capacity;
-        Ok(())
-    }
-
     /// Run `tokens` at positions `n_cached .. n_cached + tokens.len()` and return their logits,
     /// one row per token: `(n_new, n_vocab)`.
     pub fn forward(&mut self, tokens: &[u32]) -> Result<Tensor> {
-        if self.device.is_cpu() && !self.cpu_step && rayon::current_thread_index().is_none() {
-            // The tensor path runs the whole step on a pool thread: the kernels' parallel sections
-            // then share the caller's thread instead of waking two workers while the caller sleeps
-            // (with as many workers as cores, the caller otherwise competes with the spinning
-            // workers). The CPU step runs its sections on `crate::team` from this thread.
-            return rayon::scope(|_| self.forward_impl(tokens, None));
+        self.pooled(|m| m.forward_impl(tokens, None))
+    }
+
+    /// Run `f` where the engine wants it. The tensor path on the CPU runs the whole step on a pool
+    /// thread: the kernels' parallel sections then share the caller's thread instead of waking
+    /// two workers while the caller sleeps (with as many workers as cores, the caller otherwise
+    /// competes with the spinning workers). The CPU step runs its sections on `crate::team` from
+    /// this thread.
+    fn pooled<R: Send>(&mut self, f: impl FnOnce(&mut Self) -> R + Send) -> R {
+        match self.device.is_cpu() && !self.backends.cpu_step() && rayon::current_thread_index().is_none() {
+            true => rayon::scope(|_| f(self)),
+            false => f(self),
         }
-        self.forward_impl(tokens, None)
+    }
+
+    /// The forward of `tokens` from cache row `n_cached` on, a chain or the nodes of a tree
+    /// (`tree`: each row's position and the rows it sees): their logits, one row per token.
+    fn forward_impl(&mut self, tokens: &[u32], tree: Option<&cpu_step::TreeRows>) -> Result<Tensor> {
+        let h = self.hidden_of(tokens, tree)?;
+        self.head_logits(h, tokens.len())
+    }
+
+    /// The final hidden states `(n, n_embd)` of `tokens` fed after the cache, on the engine that
+    /// runs: a chain, or the nodes of a tree (`tree`).
+    fn hidden_of(&mut self, tokens: &[u32], tree: Option<&cpu_step::TreeRows>) -> Result<Vec<f32>> {
+        self.check_new_tokens(tokens)?;
+        self.tokens_alone()?;
+        if tree.is_none() {
+            self.tree = None;
+        }
+        let pos = self.n_cached;
+        let h = self.backends.active().hidden(&self.config, Input::Tokens(&self.embed, tokens), pos, tree)?;
+        self.n_cached = pos + tokens.len();
+        Ok(h)
     }
 
     /// Keep only the first `n` blocks (early exit: the rest of the stack is skipped, the final
@@ -230,28 +224,19 @@ impl Transformer {
             )));
         }
         self.config.n_layer = n;
-        self.tensor.layers.truncate(n);
-        if let Some(cpu) = self.cpu.as_mut() {
-            cpu.layers.truncate(n);
-        }
-        self.tensor.cache.clear();
-        self.tensor.cache_capacity = 0;
-        self.n_cached = 0;
+        self.backends.keep_first_layers(n);
         self.clear()
     }
 
     /// Whether decode steps run the CPU step ([`crate::cpu_step`]).
     pub fn cpu_step(&self) -> bool {
-        self.cpu_step
+        self.backends.cpu_step()
     }
 
     /// Switch between the CPU step and the tensor path (where both exist); forgets the
     /// cache. For comparing the two.
     pub fn set_cpu_step(&mut self, on: bool) -> Result<()> {
-        self.cpu_step = on && self.cpu.is_some();
-        self.tensor.cache.clear();
-        self.tensor.cache_capacity = 0;
-        self.n_cached = 0;
+        self.backends.set_cpu_step(on);
         self.clear()
     }
 
@@ -294,32 +279,6 @@ impl Transformer {
         Ok(())
     }
 
-    /// The CPU step's final hidden states `(n, n_embd)` for `tokens` (already checked by
-    /// the caller), when that step applies; None leaves the forward to the tensor path.
-    fn cpu_step_hidden(&mut self, tokens: &[u32]) -> Result<Option<Vec<f32>>> {
-        self.tree = None;
-        self.cpu_step_hidden_at(tokens, None)
-    }
-
-    /// [`Self::cpu_step_hidden`] for a chain or the nodes of a tree.
-    fn cpu_step_hidden_at(&mut self, tokens: &[u32], tree: Option<&cpu_step::TreeRows>) -> Result<Option<Vec<f32>>> {
-        let (n_new, pos) = (tokens.len(), self.n_cached);
-        if !self.cpu_step {
-            return Ok(None);
-        }
-        self.tokens_alone()?;
-        let Some(cpu) = self.cpu.as_mut() else { return Ok(None) };
-        let x = self.embed.rows(tokens)?;
-        cpu.reserve(&self.config, pos + n_new, pos, self.tensor.cos.dims()[0]);
-        let attend = match tree {
-            Some(t) => t.attend(pos),
-            None => cpu_step::Attend::Causal { pos },
-        };
-        let h = cpu.forward_at(&self.config, x, pos, attend);
-        self.n_cached = pos + n_new;
-        Ok(Some(h))
-    }
-
     /// Logits `(n, n_vocab)` of final hidden states `h: (n, n_embd)`.
     fn head_logits(&self, h: Vec<f32>, n: usize) -> Result<Tensor> {
         Ok(match (&self.small_head, self.restrict_head) {
@@ -338,21 +297,15 @@ impl Transformer {
         Ok(self.forward(tokens)?.to_device(&Device::Cpu)?.to_vec2::<f32>()?)
     }
 
-    /// Feed `tokens` into the cache without computing any logits (the prompt's prefill). On the
-    /// CPU the default target's output head costs about a quarter as much per row as the rest of
-    /// the forward, all of it wasted on rows nobody reads. The tensor path computes them anyway.
+    /// Feed `tokens` into the cache without computing any logits (the prompt's prefill): the
+    /// output head would cost the default target about a quarter as much per row as the rest of
+    /// the forward, all of it on rows nobody reads.
     pub fn feed(&mut self, tokens: &[u32]) -> Result<()> {
         // A long prompt goes in pieces: each piece's rows come out as they would all together,
         // and its activations stay a few MB (allocations of tens of MB come fresh from the
         // kernel each time, and their page faults took a fifth of a long prefill).
         for piece in tokens.chunks(FEED_PIECE) {
-            if self.cpu_step && self.cpu.is_some() {
-                self.check_new_tokens(piece)?;
-                if self.cpu_step_hidden(piece)?.is_some() {
-                    continue;
-                }
-            }
-            self.forward(piece)?;
+            self.pooled(|m| m.hidden_of(piece, None))?;
         }
         Ok(())
     }
@@ -362,32 +315,24 @@ impl Transformer {
     /// [`Self::forward_rows`]: the kernels give each row the same result batched or alone.
     pub fn forward_last(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         let missing = || EngineError::InvalidSetting("forward returned no logits".into());
-        if self.cpu_step && self.cpu.is_some() {
-            self.check_new_tokens(tokens)?;
-            if let Some(hidden) = self.cpu_step_hidden(tokens)? {
-                let d = self.config.n_embd;
-                let last = hidden.len().checked_sub(d).map(|start| hidden[start..].to_vec()).ok_or_else(missing)?;
-                return self.head_logits(last, 1)?.to_device(&Device::Cpu)?.to_vec2::<f32>()?.pop().ok_or_else(missing);
-            }
-        }
-        self.forward_rows(tokens)?.pop().ok_or_else(missing)
+        self.pooled(|m| {
+            let hidden = m.hidden_of(tokens, None)?;
+            let last = hidden.len().checked_sub(m.config.n_embd).map(|start| hidden[start..].to_vec());
+            m.head_logits(last.ok_or_else(missing)?, 1)?
+                .to_device(&Device::Cpu)?
+                .to_vec2::<f32>()?
+                .pop()
+                .ok_or_else(missing)
+        })
     }
 
     /// A forward whose vocabulary head runs only for the rows asked for ([`Self::lazy_rows`]).
     /// Verification stops at the first rejected draft token, so the rows after it are never
     /// used; on the CPU the head (49152 × 576 for the default target) costs about as much per
-    /// row batched as alone, so skipping them saves their whole cost. Where the CPU step
-    /// does not apply, all rows are computed at once, as by [`Self::forward_rows`].
+    /// row batched as alone, so skipping them saves their whole cost.
     pub fn forward_lazy(&mut self, tokens: &[u32]) -> Result<LazyLogits> {
-        let n = tokens.len();
-        if self.cpu_step && self.cpu.is_some() && !self.restrict_head {
-            self.check_new_tokens(tokens)?;
-            let hidden = self.cpu_step_hidden(tokens)?;
-            if let Some(hidden) = hidden {
-                return Ok(LazyLogits { hidden, rows: vec![None; n] });
-            }
-        }
-        Ok(LazyLogits { hidden: Vec::new(), rows: self.forward_rows(tokens)?.into_iter().map(Some).collect() })
+        let hidden = self.pooled(|m| m.hidden_of(tokens, None))?;
+        Ok(LazyLogits { hidden, rows: vec![None; tokens.len()] })
     }
 
     /// Make rows `..upto` of `l` available, computing the missing ones in one batch.
@@ -422,7 +367,7 @@ impl Transformer {
                 row.ok_or_else(|| EngineError::InvalidSetting("lazy logits: hidden states missing".into()))?,
             );
         }
-        let on_pool = self.device.is_cpu() && !self.cpu_step && rayon::current_thread_index().is_none();
+        let on_pool = self.device.is_cpu() && !self.backends.cpu_step() && rayon::current_thread_index().is_none();
         let logits = if on_pool {
             rayon::scope(|_| self.head_logits(h, missing.len()))?
         } else {

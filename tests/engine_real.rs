@@ -253,7 +253,7 @@ fn models_info_describes_the_default_target() {
 }
 
 #[test]
-fn tensor_free_step_matches_tensor_path_on_the_real_models() {
+fn cpu_step_matches_the_tensor_path_on_the_real_models() {
     let mut models = vec![load_target(WeightFormat::Auto)];
     if let Some(d) = common::draft_path() {
         models.push(mentor_lab::load_model(&d, WeightFormat::Auto, &candle_core::Device::Cpu).unwrap());

@@ -100,7 +100,7 @@ fn qwen2_generates_and_handles_padded_vocab() {
 }
 
 #[test]
-fn tensor_free_step_matches_tensor_path_for_both_architectures() {
+fn cpu_step_matches_the_tensor_path_for_both_architectures() {
     // qwen2: attention biases (stacked with Q/K/V), RoPE on halves; llama: RoPE on adjacent pairs.
     for spec in [
         synthetic::Spec { dtype: GgmlDType::Q8_0, ..Default::default() },

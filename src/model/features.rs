@@ -23,7 +23,7 @@ impl Transformer {
     /// Keep the residual streams after `taps` from every forward (for a feature draft reading
     /// this model; see [`Self::last_taps`]); empty stops it. Needs the CPU step.
     pub fn set_taps(&mut self, taps: &[usize]) -> Result<()> {
-        match self.cpu.as_mut().filter(|_| self.cpu_step) {
+        match self.backends.cpu_step_mut() {
             Some(cpu) => {
                 cpu.taps = taps.to_vec();
                 Ok(())
@@ -39,14 +39,12 @@ impl Transformer {
 
     /// The residual streams after the tapped blocks from the last forward, `(n, taps · n_embd)`.
     pub fn last_taps(&self) -> &[f32] {
-        self.cpu.as_ref().map(|c| c.tap_out.as_slice()).unwrap_or(&[])
+        self.backends.cpu.as_ref().map(|c| c.tap_out.as_slice()).unwrap_or(&[])
     }
 
-    /// Feed `tokens` and return their final hidden states `(n, n_embd)` (the CPU step).
+    /// Feed `tokens` and return their final hidden states `(n, n_embd)`.
     pub fn feed_hidden(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.check_new_tokens(tokens)?;
-        self.cpu_step_hidden(tokens)?
-            .ok_or_else(|| EngineError::InvalidSetting("hidden states need the CPU step".into()))
+        self.pooled(|m| m.hidden_of(tokens, None))
     }
 
     /// A feature draft's features from its target's final hidden states `f: (n, n_embd)` and
@@ -75,12 +73,7 @@ impl Transformer {
         let pos = self.n_cached;
         let emb = self.embed.rows(tokens)?;
         let x = self.feature_input()?.input(&emb, feats);
-        let max = self.tensor.cos.dims()[0];
-        let Some(cpu) = self.cpu.as_mut() else {
-            return Err(EngineError::InvalidSetting("feature draft needs the CPU step".into()));
-        };
-        cpu.reserve(&self.config, pos + tokens.len(), pos, max);
-        let h = cpu.forward(&self.config, x, pos);
+        let h = self.backends.active().hidden(&self.config, Input::Rows(x), pos, None)?;
         self.tree = None;
         self.n_cached = pos + tokens.len();
         let last = h[h.len() - d..].to_vec();
@@ -110,12 +103,8 @@ impl Transformer {
         let (region, rows) = self.grow_tree(n, parents)?;
         let emb = self.embed.rows(tokens)?;
         let x = self.feature_input()?.input(&emb, feats);
-        let (pos, max) = (self.n_cached, self.tensor.cos.dims()[0]);
-        let Some(cpu) = self.cpu.as_mut() else {
-            return Err(EngineError::InvalidSetting("feature draft needs the CPU step".into()));
-        };
-        cpu.reserve(&self.config, pos + n, pos, max);
-        let h = cpu.forward_at(&self.config, x, pos, rows.attend(pos));
+        let pos = self.n_cached;
+        let h = self.backends.active().hidden(&self.config, Input::Rows(x), pos, Some(&rows))?;
         self.n_cached = pos + n;
         self.tree = Some(region);
         let logits = match (&self.small_head, self.restrict_head) {
@@ -186,7 +175,7 @@ impl Transformer {
     }
 
     pub(super) fn feature_input(&self) -> Result<&cpu_step::FeatureInput> {
-        self.feature.as_ref().and_then(|f| f.input.as_ref()).filter(|_| self.cpu_step).ok_or_else(|| {
+        self.feature.as_ref().and_then(|f| f.input.as_ref()).filter(|_| self.backends.cpu_step()).ok_or_else(|| {
             EngineError::InvalidSetting(
                 "this feature draft runs only on the CPU step with its matrices in Q8_0 or Q4".into(),
             )

@@ -2,6 +2,7 @@
 //! project's kernels), the CPU step's model, the restricted head, the RoPE tables.
 
 use super::*;
+use crate::cpu_step::CpuModel;
 use crate::kernels::{Isa, Q4File, SmallBlocks};
 use crate::options::EngineOptions;
 
@@ -447,7 +448,7 @@ impl Transformer {
     /// differ, which a load never does).
     pub fn kernel_isa(&self) -> Option<Isa> {
         let mut linears: Vec<&Linear> = self.head.iter().collect();
-        for layer in &self.tensor.layers {
+        for layer in &self.backends.tensor.layers {
             for p in [&layer.qkv, &layer.gate_up] {
                 match p {
                     Projections::Fused { linear, .. } => linears.push(linear),
@@ -533,12 +534,10 @@ impl Transformer {
             config: cfg,
             device: device.clone(),
             embed,
-            tensor: TensorPath { layers, out_norm, cos, sin, cache: Vec::new(), cache_capacity: 0 },
+            backends: Backends::new(TensorPath::new(layers, out_norm, (cos, sin), device.clone()), cpu),
             head,
             n_cached: 0,
             weight_desc,
-            cpu_step: cpu.is_some(),
-            cpu,
             small_head,
             restrict_head,
             feature,

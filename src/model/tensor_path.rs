@@ -1,11 +1,12 @@
 //! The tensor path: the forward as candle tensor operations (any device, any weight format), the
 //! reference the CPU step is checked against and the path Metal runs.
 
-use super::{Layer, LayerCache, Transformer};
-use crate::cpu_step;
+use super::backend::{Backend, Input};
+use super::{Layer, LayerCache};
+use crate::cpu_step::TreeRows;
 use crate::error::{EngineError, Result};
 use crate::gguf::{Arch, ModelConfig};
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 /// The tensor path's state: the blocks (their matrices shared with the CPU step), the final norm,
 /// the RoPE tables and the per-layer KV cache, as candle tensors on the model's device.
@@ -14,68 +15,59 @@ pub(super) struct TensorPath {
     pub(super) out_norm: Tensor, // (n_embd)
     pub(super) cos: Tensor,      // (max_pos, head_dim / 2)
     pub(super) sin: Tensor,      // (max_pos, head_dim / 2)
-    pub(super) cache: Vec<LayerCache>,
-    pub(super) cache_capacity: usize,
+    pub(super) device: Device,
+    cache: Vec<LayerCache>,
+    cache_capacity: usize,
 }
 
-impl Transformer {
-    /// The forward of `tokens` from cache row `n_cached` on: a chain, or the nodes of a tree
-    /// (`tree`: each row's position and the rows it sees).
-    pub(super) fn forward_impl(&mut self, tokens: &[u32], tree: Option<&cpu_step::TreeRows>) -> Result<Tensor> {
-        let n_new = tokens.len();
-        let pos = self.n_cached;
-        self.check_new_tokens(tokens)?;
-        self.tokens_alone()?;
-        if tree.is_none() {
-            self.tree = None;
+/// Positions the cache first makes room for.
+const INITIAL_CACHE: usize = 256;
+
+impl TensorPath {
+    pub(super) fn new(layers: Vec<Layer>, out_norm: Tensor, (cos, sin): (Tensor, Tensor), device: Device) -> Self {
+        TensorPath { layers, out_norm, cos, sin, device, cache: Vec::new(), cache_capacity: 0 }
+    }
+
+    pub(super) fn max_pos(&self) -> usize {
+        self.cos.dims()[0]
+    }
+
+    /// Let the cache go; the next forward allocates it.
+    pub(super) fn drop_cache(&mut self) {
+        self.cache.clear();
+        self.cache_capacity = 0;
+    }
+
+    /// Room for `needed` positions, keeping the first `keep` (capacity doubles from
+    /// [`INITIAL_CACHE`], up to the RoPE tables' length).
+    fn reserve(&mut self, cfg: &ModelConfig, needed: usize, keep: usize) -> Result<()> {
+        if needed <= self.cache_capacity && self.cache.len() == cfg.n_layer {
+            return Ok(());
         }
-        if let Some(h) = self.cpu_step_hidden_at(tokens, tree)? {
-            return self.head_logits(h, n_new);
+        let mut cap = self.cache_capacity.max(INITIAL_CACHE);
+        while cap < needed {
+            cap *= 2;
         }
-        if pos + n_new > self.tensor.cache_capacity {
-            let mut cap = self.tensor.cache_capacity.max(1);
-            while cap < pos + n_new {
-                cap *= 2;
+        let cap = cap.min(self.max_pos()).max(needed);
+        let shape = (1, cfg.n_kv_head, cap, cfg.head_dim);
+        let zeros = || Tensor::zeros(shape, DType::F32, &self.device);
+        let mut cache = Vec::with_capacity(cfg.n_layer);
+        for l in 0..cfg.n_layer {
+            let (k, v) = (zeros()?, zeros()?);
+            if let (Some(old), true) = (self.cache.get(l), keep > 0) {
+                k.slice_set(&old.k.narrow(2, 0, keep)?.contiguous()?, 2, 0)?;
+                v.slice_set(&old.v.narrow(2, 0, keep)?.contiguous()?, 2, 0)?;
             }
-            self.allocate_cache(cap.min(self.max_context()))?;
+            cache.push(LayerCache { k, v });
         }
-        let mut x = self.embed.rows_tensor(tokens, &self.device)?; // (n_new, n_embd)
-        let (cos, sin, mask) = match tree {
-            None => {
-                let mask = if n_new > 1 { Some(self.causal_mask(pos, n_new)?) } else { None };
-                (self.tensor.cos.narrow(0, pos, n_new)?, self.tensor.sin.narrow(0, pos, n_new)?, mask)
-            }
-            Some(t) => {
-                let at: Vec<u32> = t.pos.iter().map(|&p| p as u32).collect();
-                let at = Tensor::new(at.as_slice(), &self.device)?;
-                let mask = Some(self.tree_mask(t, pos + n_new)?);
-                (self.tensor.cos.index_select(&at, 0)?, self.tensor.sin.index_select(&at, 0)?, mask)
-            }
-        };
-        let eps = self.config.rms_eps as f32;
-        for (layer, cache) in self.tensor.layers.iter().zip(self.tensor.cache.iter()) {
-            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
-            let attn = attention(&self.config, layer, cache, &h, pos, &cos, &sin, mask.as_ref())?;
-            x = (x + attn)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
-            let (gate, up) = match layer.gate_up.forward(&h)?.as_slice() {
-                [g, u] => (candle_nn::ops::silu(g)?, u.clone()),
-                _ => return Err(EngineError::InvalidSetting("FFN projections: expected gate and up".into())),
-            };
-            x = (x + layer.w_down.forward(&(gate * up)?)?)?;
-        }
-        self.n_cached = pos + n_new;
-        let x = candle_nn::ops::rms_norm(&x, &self.tensor.out_norm, eps)?;
-        if let (Some(s), true) = (&self.small_head, self.restrict_head) {
-            let h = x.flatten_all()?.to_vec1::<f32>()?;
-            return Ok(Tensor::from_vec(
-                s.logits(&h, n_new, self.config.n_vocab),
-                (n_new, self.config.n_vocab),
-                &self.device,
-            )?);
-        }
-        let logits = self.full_head()?.forward(&x)?; // (n_new, n_vocab)
-        Ok(logits.to_dtype(DType::F32)?)
+        self.cache = cache;
+        self.cache_capacity = cap;
+        Ok(())
+    }
+
+    pub(super) fn keep_first_layers(&mut self, n: usize) {
+        self.layers.truncate(n);
+        self.drop_cache();
     }
 
     /// Additive mask for `n_new` queries at positions `pos..pos+n_new` over `pos+n_new` keys,
@@ -86,8 +78,8 @@ impl Transformer {
     /// query 0:       0 ...   0  | 0  -inf -inf
     /// query 1:       0 ...   0  | 0   0   -inf
     /// ```
-    fn causal_mask(&self, pos: usize, n_new: usize) -> Result<Tensor> {
-        let n_rep = self.config.n_head / self.config.n_kv_head;
+    fn causal_mask(&self, cfg: &ModelConfig, pos: usize, n_new: usize) -> Result<Tensor> {
+        let n_rep = cfg.n_head / cfg.n_kv_head;
         let n_keys = pos + n_new;
         let mut m = vec![0f32; n_rep * n_new * n_keys];
         for r in 0..n_rep {
@@ -99,6 +91,94 @@ impl Transformer {
             }
         }
         Ok(Tensor::from_vec(m, (n_rep * n_new, n_keys), &self.device)?)
+    }
+
+    /// Additive mask for a tree's new rows (rows ordered as in `causal_mask`) over `n_keys` cache
+    /// rows: each sees the rows before the tree and its path.
+    fn tree_mask(&self, cfg: &ModelConfig, t: &TreeRows, n_keys: usize) -> Result<Tensor> {
+        let n_rep = cfg.n_head / cfg.n_kv_head;
+        let n_new = t.tail.len();
+        let mut m = vec![f32::NEG_INFINITY; n_rep * n_new * n_keys];
+        for r in 0..n_rep {
+            for (i, tail) in t.tail.iter().enumerate() {
+                let row = &mut m[(r * n_new + i) * n_keys..(r * n_new + i + 1) * n_keys];
+                row[..t.prefix].iter_mut().for_each(|v| *v = 0.0);
+                for &k in tail.iter().filter(|&&k| k < n_keys) {
+                    row[k] = 0.0;
+                }
+            }
+        }
+        Ok(Tensor::from_vec(m, (n_rep * n_new, n_keys), &self.device)?)
+    }
+
+    /// The RoPE rows and the attention mask of `n_new` rows from cache row `pos` on.
+    fn rope_and_mask(
+        &self,
+        cfg: &ModelConfig,
+        pos: usize,
+        n_new: usize,
+        tree: Option<&TreeRows>,
+    ) -> Result<(Tensor, Tensor, Option<Tensor>)> {
+        Ok(match tree {
+            None => {
+                let mask = if n_new > 1 { Some(self.causal_mask(cfg, pos, n_new)?) } else { None };
+                (self.cos.narrow(0, pos, n_new)?, self.sin.narrow(0, pos, n_new)?, mask)
+            }
+            Some(t) => {
+                let at: Vec<u32> = t.pos.iter().map(|&p| p as u32).collect();
+                let at = Tensor::new(at.as_slice(), &self.device)?;
+                let mask = Some(self.tree_mask(cfg, t, pos + n_new)?);
+                (self.cos.index_select(&at, 0)?, self.sin.index_select(&at, 0)?, mask)
+            }
+        })
+    }
+}
+
+impl Backend for TensorPath {
+    fn hidden(&mut self, cfg: &ModelConfig, input: Input<'_>, pos: usize, tree: Option<&TreeRows>) -> Result<Vec<f32>> {
+        let mut x = match input {
+            Input::Tokens(embed, tokens) => embed.rows_tensor(tokens, &self.device)?, // (n_new, n_embd)
+            Input::Rows(x) => {
+                let n = x.len() / cfg.n_embd;
+                Tensor::from_vec(x, (n, cfg.n_embd), &self.device)?
+            }
+        };
+        let n_new = x.dims()[0];
+        self.reserve(cfg, pos + n_new, pos)?;
+        let (cos, sin, mask) = self.rope_and_mask(cfg, pos, n_new, tree)?;
+        let eps = cfg.rms_eps as f32;
+        for (layer, cache) in self.layers.iter().zip(self.cache.iter()) {
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
+            let attn = attention(cfg, layer, cache, &h, pos, &cos, &sin, mask.as_ref())?;
+            x = (x + attn)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
+            let (gate, up) = match layer.gate_up.forward(&h)?.as_slice() {
+                [g, u] => (candle_nn::ops::silu(g)?, u.clone()),
+                _ => return Err(EngineError::InvalidSetting("FFN projections: expected gate and up".into())),
+            };
+            x = (x + layer.w_down.forward(&(gate * up)?)?)?;
+        }
+        let x = candle_nn::ops::rms_norm(&x, &self.out_norm, eps)?;
+        Ok(x.flatten_all()?.to_vec1::<f32>()?)
+    }
+
+    fn keep_rows(&mut self, _cfg: &ModelConfig, from: &[usize], to: usize) -> Result<()> {
+        if from.is_empty() {
+            return Ok(());
+        }
+        let at: Vec<u32> = from.iter().map(|&r| r as u32).collect();
+        let at = Tensor::new(at.as_slice(), &self.device)?;
+        for c in &self.cache {
+            let k = c.k.index_select(&at, 2)?;
+            let v = c.v.index_select(&at, 2)?;
+            c.k.slice_set(&k, 2, to)?;
+            c.v.slice_set(&v, 2, to)?;
+        }
+        Ok(())
+    }
+
+    fn keep_first_layers(&mut self, n: usize) {
+        TensorPath::keep_first_layers(self, n);
     }
 }
 

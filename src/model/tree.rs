@@ -6,7 +6,6 @@
 use super::{LazyLogits, Transformer};
 use crate::cpu_step::TreeRows;
 use crate::error::{EngineError, Result};
-use candle_core::{Device, Tensor};
 
 /// The cache rows from `start` on hold the nodes of a tree, in the order they were fed.
 #[derive(Debug, Clone, Default)]
@@ -40,26 +39,9 @@ impl Transformer {
     pub fn forward_tree(&mut self, tokens: &[u32], parents: &[Option<usize>]) -> Result<LazyLogits> {
         self.check_new_tokens(tokens)?;
         let (region, rows) = self.grow_tree(tokens.len(), parents)?;
-        let n = tokens.len();
-        let lazy = if self.cpu_step && self.cpu.is_some() && !self.restrict_head {
-            self.cpu_step_hidden_at(tokens, Some(&rows))?.map(|hidden| LazyLogits { hidden, rows: vec![None; n] })
-        } else {
-            None
-        };
-        let lazy = match lazy {
-            Some(l) => l,
-            None => {
-                let on_pool = self.device.is_cpu() && !self.cpu_step && rayon::current_thread_index().is_none();
-                let logits = match on_pool {
-                    true => rayon::scope(|_| self.forward_impl(tokens, Some(&rows)))?,
-                    false => self.forward_impl(tokens, Some(&rows))?,
-                };
-                let rows = logits.to_device(&Device::Cpu)?.to_vec2::<f32>()?;
-                LazyLogits { hidden: Vec::new(), rows: rows.into_iter().map(Some).collect() }
-            }
-        };
+        let hidden = self.pooled(|m| m.hidden_of(tokens, Some(&rows)))?;
         self.tree = Some(region);
-        Ok(lazy)
+        Ok(LazyLogits { hidden, rows: vec![None; tokens.len()] })
     }
 
     /// The tree region after adding `n` nodes that follow `parents` (see [`Self::forward_tree`]),
@@ -112,37 +94,8 @@ impl Transformer {
             }
         }
         let from: Vec<usize> = path.iter().map(|&n| region.start + n).collect();
-        if let (true, Some(cpu)) = (self.cpu_step, self.cpu.as_mut()) {
-            cpu.keep_rows(&self.config, &from, region.start);
-        } else if !path.is_empty() {
-            let at: Vec<u32> = from.iter().map(|&r| r as u32).collect();
-            let at = Tensor::new(at.as_slice(), &self.device)?;
-            for c in &self.tensor.cache {
-                let k = c.k.index_select(&at, 2)?;
-                let v = c.v.index_select(&at, 2)?;
-                c.k.slice_set(&k, 2, region.start)?;
-                c.v.slice_set(&v, 2, region.start)?;
-            }
-        }
+        self.backends.active().keep_rows(&self.config, &from, region.start)?;
         self.n_cached = region.start + path.len();
         Ok(())
-    }
-
-    /// Additive mask for a tree's new rows (rows ordered (head in group, query), as in
-    /// `causal_mask`) over `n_keys` cache rows: each sees the rows before the tree and its path.
-    pub(super) fn tree_mask(&self, t: &TreeRows, n_keys: usize) -> Result<Tensor> {
-        let n_rep = self.config.n_head / self.config.n_kv_head;
-        let n_new = t.tail.len();
-        let mut m = vec![f32::NEG_INFINITY; n_rep * n_new * n_keys];
-        for r in 0..n_rep {
-            for (i, tail) in t.tail.iter().enumerate() {
-                let row = &mut m[(r * n_new + i) * n_keys..(r * n_new + i + 1) * n_keys];
-                row[..t.prefix].iter_mut().for_each(|v| *v = 0.0);
-                for &k in tail.iter().filter(|&&k| k < n_keys) {
-                    row[k] = 0.0;
-                }
-            }
-        }
-        Ok(Tensor::from_vec(m, (n_rep * n_new, n_keys), &self.device)?)
     }
 }
