@@ -22,7 +22,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 
 SHARD = 96
 ANSWER_CHARS = 2400
@@ -94,7 +93,7 @@ def main():
         args = [a.binary, "teacher-data", "--pair", "qwen-coder", "--threads", str(a.threads),
                 "--input", base + ".jsonl", "--out", base + ".bin", "--top", "16",
                 "--max-tokens", str(MAX_TOKENS)]
-        subprocess.run(args, check=True, stdout=sys.stdout, stderr=subprocess.DEVNULL)
+        subprocess.run(args, check=True)
 
 
 if __name__ == "__main__":

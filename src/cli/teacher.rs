@@ -5,7 +5,7 @@
 use super::ModelArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Seek, Write};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -39,7 +39,12 @@ pub fn teacher_data(args: TeacherArgs) -> Result<()> {
     let input = std::fs::File::open(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
     let tmp = args.out.with_extension(format!("{}.part", std::process::id()));
     let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-    let mut records = Vec::new();
+    // The record count is written once known (the header's last field).
+    out.write_all(b"MLTD")?;
+    for v in [1u32, args.top as u32, 0] {
+        out.write_all(&v.to_le_bytes())?;
+    }
+    let (mut n_records, mut n_positions) = (0u32, 0usize);
     for (n, line) in std::io::BufReader::new(input).lines().enumerate() {
         let line = line?;
         if line.trim().is_empty() {
@@ -56,52 +61,49 @@ pub fn teacher_data(args: TeacherArgs) -> Result<()> {
         if ids.len() <= n_prompt {
             continue;
         }
-        records.push(distributions(&mut target.model, &ids, n_prompt, args.top)?);
-        records.last_mut().expect("pushed").0 = ids;
-    }
-    out.write_all(b"MLTD")?;
-    for v in [1u32, args.top as u32, records.len() as u32] {
-        out.write_all(&v.to_le_bytes())?;
-    }
-    let mut n_positions = 0;
-    for (ids, n_prompt, rows) in &records {
-        out.write_all(&(ids.len() as u32).to_le_bytes())?;
-        out.write_all(&(*n_prompt as u32).to_le_bytes())?;
-        ids.iter().try_for_each(|t| out.write_all(&t.to_le_bytes()))?;
-        for (top_ids, logp) in rows {
-            top_ids.iter().try_for_each(|t| out.write_all(&t.to_le_bytes()))?;
-            logp.iter().try_for_each(|p| out.write_all(&p.to_le_bytes()))?;
+        for v in [ids.len() as u32, n_prompt as u32].iter().chain(&ids) {
+            out.write_all(&v.to_le_bytes())?;
         }
-        n_positions += rows.len();
+        n_positions += write_distributions(&mut target.model, &ids, n_prompt, args.top, &mut out)?;
+        n_records += 1;
     }
-    let file = out.into_inner().map_err(|e| e.into_error())?;
+    let mut file = out.into_inner().map_err(|e| e.into_error())?;
+    file.seek(std::io::SeekFrom::Start(12))?;
+    file.write_all(&n_records.to_le_bytes())?;
     file.sync_all()?;
     std::fs::rename(&tmp, &args.out)?;
-    println!("{}: {} records, {n_positions} answer positions", args.out.display(), records.len());
+    println!("{}: {n_records} records, {n_positions} answer positions", args.out.display());
     Ok(())
 }
 
-type TopRows = Vec<(Vec<u32>, Vec<f32>)>;
-
-/// The target's top `k` log-probabilities at every position that predicts an answer token
-/// (`ids[n_prompt..]`), after a fresh cache.
-fn distributions(
+/// Write the target's top `k` log-probabilities at every position that predicts an answer token
+/// (`ids[n_prompt..]`), after a fresh cache: per position the ids, then the log-probabilities.
+/// Returns the number of positions.
+fn write_distributions(
     model: &mut mentor_lab::model::Transformer,
     ids: &[u32],
     n_prompt: usize,
     k: usize,
-) -> Result<(Vec<u32>, usize, TopRows)> {
+    out: &mut impl Write,
+) -> Result<usize> {
     model.clear()?;
     if n_prompt > 1 {
         model.feed(&ids[..n_prompt - 1])?;
     }
-    let mut rows = Vec::with_capacity(ids.len() - n_prompt);
+    let n_vocab = model.config.n_vocab;
+    let mut n = 0;
     for piece in ids[n_prompt - 1..ids.len() - 1].chunks(ROWS_PER_FORWARD) {
-        for logits in model.forward_rows(piece)? {
-            rows.push(top_log_probs(&logits, k));
+        // One buffer for the piece's logits: rows of their own, freed among the small buffers
+        // kept between them, would leave the heap too fragmented to reuse.
+        let logits = model.forward(piece)?.flatten_all()?.to_vec1::<f32>()?;
+        for row in logits.chunks_exact(n_vocab) {
+            let (top_ids, logp) = top_log_probs(row, k);
+            top_ids.iter().try_for_each(|t| out.write_all(&t.to_le_bytes()))?;
+            logp.iter().try_for_each(|p| out.write_all(&p.to_le_bytes()))?;
+            n += 1;
         }
     }
-    Ok((Vec::new(), n_prompt, rows))
+    Ok(n)
 }
 
 /// The `k` largest log-softmax values of `logits` and their ids, largest first.
