@@ -8,7 +8,9 @@ standard library (*.py) and the Rust crates in Cargo's registry (*.rs, at most t
 file, and README.md), in a fixed order shuffled with seed 0, each file's first ANSWER_CHARS characters (cut at a line end) as the
 answer to a prompt asking for that file. They are written in shards of SHARD records,
 DIR/shard-NNNNN.jsonl, and `mentor-lab teacher-data` turns each into DIR/shard-NNNNN.bin (the
-target's top 16 log-probabilities at every answer position). A shard whose .bin exists is skipped,
+target's top 16 log-probabilities at every answer position). First, where `train/qwen_samples.py`
+has kept the target's own answers to training prompts, they make DIR/shard-samples.bin. A shard
+whose .bin exists is skipped,
 so an interrupted run resumes; DIR defaults to ~/.cache/mentor-lab/qwen-teacher. On 2 threads of an
 AVX-512 VNNI core pair a shard takes about 6 minutes.
 
@@ -71,6 +73,31 @@ def record(path, lang, index):
     return {"prompt": asks[index % 3], "answer": answer}
 
 
+def sample_records(samples, prompts_file):
+    """The target's own answers to training prompts (`train/qwen_samples.py`), where kept."""
+    if not (os.path.isdir(samples) and os.path.exists(prompts_file)):
+        return []
+    prompts = [json.loads(line)["prompt"] for line in open(prompts_file)]
+    out = []
+    for name in sorted(os.listdir(samples)):
+        if name.endswith(".txt"):
+            answer = open(os.path.join(samples, name), encoding="utf-8").read().strip()
+            out.append({"prompt": prompts[int(name.split("-")[0])], "answer": answer})
+    return out
+
+
+def run_shard(a, base, records):
+    """Write `records` to base.jsonl and the target's distributions over them to base.bin."""
+    with open(base + ".jsonl.tmp", "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    os.replace(base + ".jsonl.tmp", base + ".jsonl")
+    args = [a.binary, "teacher-data", "--pair", "qwen-coder", "--threads", str(a.threads),
+            "--input", base + ".jsonl", "--out", base + ".bin", "--top", "16",
+            "--max-tokens", str(MAX_TOKENS)]
+    subprocess.run(args, check=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
@@ -79,6 +106,11 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    samples = os.path.join(a.out, "shard-samples")
+    if not os.path.exists(samples + ".bin"):
+        answers = sample_records(os.path.expanduser("~/.cache/mentor-lab/qwen-samples"), "train/build/prompts_train.jsonl")
+        if answers:
+            run_shard(a, samples, answers)
     records = [r for i, (p, lang) in enumerate(files()) if (r := record(p, lang, i)) is not None]
     n_shards = min(a.shards, len(records) // SHARD)
     print(f"{len(records)} records, {n_shards} shards of {SHARD}", flush=True)
@@ -86,14 +118,7 @@ def main():
         base = os.path.join(a.out, f"shard-{s:05d}")
         if os.path.exists(base + ".bin"):
             continue
-        with open(base + ".jsonl.tmp", "w") as f:
-            for r in records[s * SHARD : (s + 1) * SHARD]:
-                f.write(json.dumps(r) + "\n")
-        os.replace(base + ".jsonl.tmp", base + ".jsonl")
-        args = [a.binary, "teacher-data", "--pair", "qwen-coder", "--threads", str(a.threads),
-                "--input", base + ".jsonl", "--out", base + ".bin", "--top", "16",
-                "--max-tokens", str(MAX_TOKENS)]
-        subprocess.run(args, check=True)
+        run_shard(a, base, records[s * SHARD : (s + 1) * SHARD])
 
 
 if __name__ == "__main__":

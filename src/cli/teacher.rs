@@ -35,10 +35,27 @@ pub fn teacher_data(args: TeacherArgs) -> Result<()> {
         bail!("--top must be 1 to 256");
     }
     let mut engine = super::load_engine(&args.models, false)?;
-    let target = &mut engine.target;
     let input = std::fs::File::open(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
     let tmp = args.out.with_extension(format!("{}.part", std::process::id()));
-    let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+    let written = write_file(&args, &mut engine.target, input, &tmp);
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    let (n_records, n_positions) = written?;
+    std::fs::rename(&tmp, &args.out)?;
+    println!("{}: {n_records} records, {n_positions} answer positions", args.out.display());
+    Ok(())
+}
+
+/// Write the file to `tmp`, synced: the records of `input` and their distributions. Returns the
+/// number of records and of answer positions.
+fn write_file(
+    args: &TeacherArgs,
+    target: &mut mentor_lab::generate::LoadedModel,
+    input: std::fs::File,
+    tmp: &std::path::Path,
+) -> Result<(u32, usize)> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(tmp)?);
     // The record count is written once known (the header's last field).
     out.write_all(b"MLTD")?;
     for v in [1u32, args.top as u32, 0] {
@@ -71,9 +88,7 @@ pub fn teacher_data(args: TeacherArgs) -> Result<()> {
     file.seek(std::io::SeekFrom::Start(12))?;
     file.write_all(&n_records.to_le_bytes())?;
     file.sync_all()?;
-    std::fs::rename(&tmp, &args.out)?;
-    println!("{}: {n_records} records, {n_positions} answer positions", args.out.display());
-    Ok(())
+    Ok((n_records, n_positions))
 }
 
 /// Write the target's top `k` log-probabilities at every position that predicts an answer token
