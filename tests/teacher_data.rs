@@ -4,12 +4,22 @@
 mod common;
 
 use mentor_lab::model::WeightFormat;
+use std::path::Path;
 use std::process::Command;
 
 const TOP: usize = 4;
 
-fn run(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_mentor-lab")).args(args).output().unwrap();
+/// `mentor-lab teacher-data` on the default target: whether it succeeded, and its stderr.
+fn teacher_data(input: &Path, out: &Path, top: usize) -> (bool, String) {
+    let target = common::target_path();
+    let out = Command::new(env!("CARGO_BIN_EXE_mentor-lab"))
+        .args(["teacher-data", "--target", target.to_str().unwrap(), "--top", &top.to_string()])
+        .arg("--input")
+        .arg(input)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap();
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -32,18 +42,7 @@ fn teacher_data_holds_the_targets_top_tokens_and_log_probs() {
         records.iter().map(|(p, a)| serde_json::json!({"prompt": p, "answer": a}).to_string()).collect();
     std::fs::write(&input, lines.join("\n")).unwrap();
     let out = dir.path().join("out.bin");
-    let target = common::target_path();
-    let (ok, stderr) = run(&[
-        "teacher-data",
-        "--target",
-        target.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--top",
-        &TOP.to_string(),
-    ]);
+    let (ok, stderr) = teacher_data(&input, &out, TOP);
     assert!(ok, "{stderr}");
     let b = std::fs::read(&out).unwrap();
     assert_eq!(&b[..4], b"MLTD");
@@ -82,16 +81,7 @@ fn a_malformed_line_is_named_and_leaves_no_file() {
     let input = dir.path().join("in.jsonl");
     std::fs::write(&input, "{\"prompt\": \"Hi\", \"answer\": \"Hello\"}\n{\"prompt\": \"no answer\"}\n").unwrap();
     let out = dir.path().join("out.bin");
-    let target = common::target_path();
-    let (ok, stderr) = run(&[
-        "teacher-data",
-        "--target",
-        target.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let (ok, stderr) = teacher_data(&input, &out, 16);
     assert!(!ok);
     assert!(stderr.contains("line 2"), "{stderr}");
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();

@@ -61,13 +61,18 @@ def start(tr, out, name, cfg, n_layers, head, extra=()):
         wr.add_key_value(HEAD_TOKENS_KEY, [int(t) for t in head], VT.ARRAY, sub_type=VT.UINT32)
     for key, value, *types in extra:
         wr.add_key_value(key, value, types[0], sub_type=types[1] if len(types) > 1 else None)
+    copy_tokenizer(tr, wr)
+    return wr
+
+
+def copy_tokenizer(tr, wr):
+    """Every `tokenizer.*` key of the target's reader tr, verbatim, into the writer wr."""
     for key, f in tr.fields.items():
         if key.startswith("tokenizer."):
             if f.types[0] == VT.ARRAY:
                 wr.add_key_value(key, f.contents(), VT.ARRAY, sub_type=f.types[-1])
             else:
                 wr.add_key_value(key, f.contents(), f.types[0])
-    return wr
 
 
 def write(target, cfg, w, out, name, head=None):

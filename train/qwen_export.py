@@ -16,7 +16,7 @@ from gguf import GGUFReader, GGUFWriter, GGUFValueType as VT
 import gguf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export_gguf import HEAD_TOKENS_KEY, finish, load_f16  # noqa: E402
+from export_gguf import HEAD_TOKENS_KEY, copy_tokenizer, finish, load_f16  # noqa: E402
 from qwen_pack import pca_embedding  # noqa: E402
 
 CONTEXT = 4096
@@ -37,12 +37,7 @@ def header(tr, out, cfg, head):
     wr.add_rope_dimension_count(cfg["d"] // cfg["n_heads"])
     wr.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     wr.add_key_value(HEAD_TOKENS_KEY, [int(t) for t in head], VT.ARRAY, sub_type=VT.UINT32)
-    for key, f in tr.fields.items():
-        if key.startswith("tokenizer."):
-            if f.types[0] == VT.ARRAY:
-                wr.add_key_value(key, f.contents(), VT.ARRAY, sub_type=f.types[-1])
-            else:
-                wr.add_key_value(key, f.contents(), f.types[0])
+    copy_tokenizer(tr, wr)
     return wr
 
 
