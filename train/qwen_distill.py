@@ -2,10 +2,11 @@
 (`train/qwen_pack.py`), on one GPU, without the target itself.
 
 Usage: python3 train/qwen_distill.py PACK.npz --out DIR [--steps N] [--fractions 0.25,0.5,1]
-    [--d 384] [--layers 6] [--heads 6] [--kv 2] [--ffn 1024] [--batch 32] [--lr 2e-3]
+    [--d 384] [--layers 6] [--heads 6] [--kv 2] [--ffn 1024] [--batch 32] [--lr 2e-3] [--wd 0.01]
+    [--freeze_embd]
 
 For each fraction f of the training records (the first f of them), a student (distill.py's Llama
-with the pack's vocabulary, its embedding from the pack's PCA, tied head) trains `--steps` steps
+with the pack's vocabulary, its embedding the pack's first `--d` PCA directions, tied head) trains `--steps` steps
 on −Σ p log q over the teacher's top tokens (p renormalized over them) plus `--tv_weight` × TV at
 T = 0.7 (p at T = 0.7 over its top tokens, q over the whole vocabulary), at every answer position.
 Held-out: mean 1 − TV at T = 0.7 (the rejection rule's acceptance, p truncated to its top tokens)
@@ -115,11 +116,12 @@ def train(pack, train_idx, held, a, dev):
                 p.normal_(0, 0.02)
                 if name.endswith(("attn_output.weight", "ffn_down.weight")):
                     p.mul_(1 / math.sqrt(2 * a.layers))
-        e = torch.from_numpy(pack.emb).to(dev)
+        e = torch.from_numpy(np.ascontiguousarray(pack.emb[:, : a.d])).to(dev)  # the top d directions
         student.token_embd.weight.copy_(e)
-    decay = [p for p in student.parameters() if p.dim() == 2]
+    student.token_embd.weight.requires_grad_(not a.freeze_embd)
+    decay = [p for p in student.parameters() if p.dim() == 2 and p.requires_grad]
     nodecay = [p for p in student.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": nodecay, "weight_decay": 0.0}],
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd}, {"params": nodecay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95))
     rng = np.random.default_rng(0)
     best, best_state, curve = (-1.0, 0.0), None, []
@@ -160,6 +162,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--tv_weight", type=float, default=1.0)
     ap.add_argument("--eval_every", type=int, default=250)
+    ap.add_argument("--wd", type=float, default=0.01, help="weight decay of the matrices")
+    ap.add_argument("--freeze_embd", action="store_true", help="keep the PCA embedding (and tied head) as initialised")
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = "cuda"
