@@ -136,8 +136,6 @@ impl Transformer {
         self.backends.max_pos()
     }
 
-    /// Forget everything: the next forward starts at position 0. The buffers are kept (their
-    /// old contents are simply overwritten).
     /// What the model takes in memory: its weights (embedding, layers, head) and its KV cache per
     /// position of context, in bytes.
     pub fn memory(&self) -> (usize, usize) {
@@ -162,6 +160,8 @@ impl Transformer {
         layers + self.head.as_ref().map_or(0, &f)
     }
 
+    /// Forget everything: the next forward starts at position 0. The buffers are kept (their
+    /// old contents are simply overwritten).
     pub fn clear(&mut self) -> Result<()> {
         self.n_cached = 0;
         self.tree = None;
