@@ -106,6 +106,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    for stale in glob.glob(os.path.join(a.out, "*.part")):  # an interrupted shard starts over
+        os.remove(stale)
     samples = os.path.join(a.out, "shard-samples")
     if not os.path.exists(samples + ".bin"):
         answers = sample_records(os.path.expanduser("~/.cache/mentor-lab/qwen-samples"), "train/build/prompts_train.jsonl")
