@@ -37,11 +37,12 @@ pub struct ModelArgs {
     #[arg(long)]
     pub draft: Option<PathBuf>,
     /// Weight format in memory: auto, file, q8_0, q4_0, q4_1, f16, f32 (q4_0 and q4_1 re-quantize
-    /// the matrices held in more bits).
+    /// the matrices held in more bits). For the draft, auto also means q4_0 on the CPU when its
+    /// blocks hold a tenth of the target's bytes or more (a cheaper step for a little acceptance).
     #[arg(long, default_value = "auto")]
     pub weights: WeightFormat,
-    /// The draft's weight format, where it should differ from --weights (e.g. q4_0: a cheaper
-    /// draft step for a little acceptance).
+    /// The draft's weight format, where it should differ from --weights (file: as its file holds
+    /// it, even for a dear draft).
     #[arg(long)]
     pub draft_weights: Option<WeightFormat>,
     /// Keep only the draft's first N blocks (early exit), to measure what a shallower draft

@@ -74,6 +74,7 @@ pub fn load_draft(
         None => Arc::new(TextTokenizer::from_model_file(&dfile)?),
     };
     dfile.drop_tokenizer_lists();
+    let weights = draft_format(weights, &dfile, target, device);
     let mut d = load_file(&dfile, tokenizer, weights, device, options)?;
     crate::generate::check_vocab(target, &d)?;
     if let Some(list) = crate::head_tokens::list_path(path) {
@@ -82,6 +83,21 @@ pub fn load_draft(
     }
     Ok(d)
 }
+
+/// A draft's weight format: `Auto` becomes `Q4_0` on the CPU for a dear draft, one whose blocks
+/// hold at least a tenth of the bytes of the target's weights (the 0.5B sibling of a 1.5B target:
+/// a fifth). Each of its steps reads those bytes, and its matrices held in more than 4.5 bits per
+/// weight (Q5_0, Q6_K, Q8_0) read about a fifth less as Q4_0, for a few points of acceptance.
+fn draft_format(weights: WeightFormat, dfile: &ModelFile, target: &LoadedModel, device: &Device) -> WeightFormat {
+    let dear = dfile.block_bytes() * DEAR_DRAFT_SHARE >= target.model.memory().0 as u64;
+    match weights {
+        WeightFormat::Auto if device.is_cpu() && dear => WeightFormat::Q4_0,
+        w => w,
+    }
+}
+
+/// A draft whose blocks hold at least 1 / this of the target's weight bytes is dear ([`draft_format`]).
+const DEAR_DRAFT_SHARE: u64 = 10;
 
 /// Which models to load. `None` means the default: the default target (fetched if missing), the
 /// draft shipped for it.

@@ -208,6 +208,13 @@ impl ModelFile {
         }
     }
 
+    /// Bytes of the transformer blocks' tensors (`blk.*`): what each step reads besides the
+    /// embedding row and the output head.
+    pub fn block_bytes(&self) -> u64 {
+        let infos = self.content.tensor_infos.iter().filter(|(name, _)| name.starts_with("blk."));
+        infos.map(|(_, t)| (t.shape.elem_count() / t.ggml_dtype.block_size() * t.ggml_dtype.type_size()) as u64).sum()
+    }
+
     /// The dtype holding most of the weights (what users call the file's quantization).
     pub fn main_dtype(&self) -> Option<GgmlDType> {
         let mut by_dtype: Vec<(GgmlDType, usize)> = Vec::new();

@@ -146,28 +146,31 @@ fn a_budget_buys_acceptance() {
     assert_eq!(lossless.stats.mean_tv, 0.0);
 }
 
-/// The sibling re-quantized to 4 bits at load (`--draft-weights q4_0`): every matrix held in more
-/// bits becomes Q4_0 (the Q4_K ones stay), it is smaller, keeps its head-token list, and under
-/// the same-seed coupling D = 0 still writes target-only's tokens. Loaded as `bench`'s `,dw=`
-/// loads it, beside the pair's own draft.
+/// The sibling's blocks hold a fifth of the target's bytes, so by default (`auto`) it loads
+/// re-quantized to 4 bits: every matrix held in more bits becomes Q4_0 (the Q4_K ones stay), it
+/// is smaller than the file's own format (`--draft-weights file`) and keeps its head-token list.
+/// Under the same-seed coupling D = 0 writes target-only's tokens with either.
 #[test]
-fn a_draft_requantized_to_four_bits_keeps_the_target_text() {
+fn the_dear_sibling_loads_in_four_bits_and_both_formats_keep_the_target_text() {
     let mut engine = engine();
     let plain = run(&mut engine, &request(Mode::Target, DraftLen::Fixed(4), 0.0));
-    let path = engine.draft.as_ref().unwrap().info.path.clone();
-    let (device, options) = (candle_core::Device::Cpu, EngineOptions::default());
-    let small =
-        mentor_lab::engine::load_draft(&path, &engine.target, None, mentor_lab::WeightFormat::Q4_0, &device, &options)
-            .unwrap();
-    let desc = small.model.weight_desc.clone();
+    let desc = engine.draft.as_ref().unwrap().model.weight_desc.clone();
     assert!(desc.starts_with("Q4_0 (from Q5_0)") && desc.contains("Q4_0 (from Q8_0)"), "{desc}");
     assert!(desc.contains("Q4_0 (from Q6_K)") && desc.contains("12 × Q4_K,"), "{desc}");
-    let full_bytes = engine.draft.as_ref().unwrap().model.memory().0;
-    assert!(small.model.memory().0 < full_bytes, "{} vs {full_bytes}", small.model.memory().0);
-    assert_eq!(small.model.head_restriction(), engine.draft.as_ref().unwrap().model.head_restriction());
-    let own = engine.draft.replace(small);
+    let path = engine.draft.as_ref().unwrap().info.path.clone();
+    let (device, options) = (candle_core::Device::Cpu, EngineOptions::default());
+    let file =
+        mentor_lab::engine::load_draft(&path, &engine.target, None, mentor_lab::WeightFormat::File, &device, &options)
+            .unwrap();
+    assert!(file.model.weight_desc.starts_with("Q5_0, batched kernel"), "{}", file.model.weight_desc);
+    let small_bytes = engine.draft.as_ref().unwrap().model.memory().0;
+    assert!(small_bytes < file.model.memory().0, "{small_bytes} vs {}", file.model.memory().0);
+    assert_eq!(file.model.head_restriction(), engine.draft.as_ref().unwrap().model.head_restriction());
+    let small = run(&mut engine, &request(Mode::Speculative, DraftLen::Auto, 0.0));
+    let own = engine.draft.replace(file);
     let spec = run(&mut engine, &request(Mode::Speculative, DraftLen::Auto, 0.0));
     engine.draft = own;
     assert_eq!(ids(&spec), ids(&plain));
-    assert!(spec.stats.n_accepted > 0);
+    assert_eq!(ids(&small), ids(&plain));
+    assert!(spec.stats.n_accepted > 0 && small.stats.n_accepted > 0);
 }

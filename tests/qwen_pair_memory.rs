@@ -14,7 +14,7 @@ fn peak_rss() -> Option<u64> {
 }
 
 #[test]
-fn the_loaded_pair_takes_at_most_1_16x_its_files_plus_the_kv_cache() {
+fn the_loaded_pair_takes_at_most_1_10x_its_files_plus_the_kv_cache() {
     let choice = Pair::QwenCoder.ensure(&FetchOptions::default(), &AtomicBool::new(false), &mut |_| {}).unwrap();
     let mut engine =
         Engine::load(&choice, mentor_lab::engine::DraftUse::Required, &EngineOptions::default(), &mut |_| {})
@@ -33,9 +33,10 @@ fn the_loaded_pair_takes_at_most_1_16x_its_files_plus_the_kv_cache() {
     let files = engine.target.info.file_size + draft.info.file_size;
     let n_ctx = (g.stats.n_prompt_tokens + g.stats.n_tokens + 16) as u64;
     let kv = n_ctx * (engine.target.model.memory().1 + draft.model.memory().1) as u64;
-    // The peak moves by about ±5 MB from run to run (allocator and page timing: 1.141–1.152x
+    // The draft is held in 4 bits (smaller than its file) and converted a few thousand rows at a
+    // time; the peak moves by about ±5 MB from run to run (allocator and page timing: 1.078x
     // measured); the bound leaves room for that.
-    let bound = 1.16 * files as f64 + kv as f64;
+    let bound = 1.10 * files as f64 + kv as f64;
     eprintln!(
         "peak {:.0} MB = {:.3}x the files ({:.0} MB) + KV {:.1} MB",
         peak as f64 / 1e6,
@@ -45,7 +46,7 @@ fn the_loaded_pair_takes_at_most_1_16x_its_files_plus_the_kv_cache() {
     );
     assert!(
         (peak as f64) <= bound,
-        "peak {:.0} MB > 1.16 x {:.0} MB of files + {:.1} MB of KV cache",
+        "peak {:.0} MB > 1.10 x {:.0} MB of files + {:.1} MB of KV cache",
         peak as f64 / 1e6,
         files as f64 / 1e6,
         kv as f64 / 1e6
