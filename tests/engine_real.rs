@@ -250,6 +250,10 @@ fn models_info_describes_the_default_target() {
     assert!((130e6..140e6).contains(&(info.n_params as f64)), "{} params", info.n_params);
     assert_eq!(f.config.n_layer, 30);
     assert_eq!((f.config.n_head, f.config.n_kv_head), (9, 3));
+    // The blocks (what each step reads besides the embedding row and the head): 30 layers of
+    // Q4_1 matrices and F32 norms, without the 49,152 × 576 embedding.
+    let (blocks, file) = (f.block_bytes(), f.file_size);
+    assert!(blocks > file / 2 && blocks + 49152 * 576 / 2 < file, "{blocks} of {file} bytes");
 }
 
 #[test]
