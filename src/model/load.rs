@@ -169,12 +169,12 @@ const REQUANTIZE_ROWS: usize = 4096;
 /// embedding in f32 would be 545 MB for Qwen2.5's 151,936 × 896, the resident set's peak. Rows
 /// quantize independently, so the result is what converting the whole matrix at once gives.
 fn requantize(qt: &QTensor, d: GgmlDType, device: &Device) -> Result<QTensor> {
-    let dims = qt.shape().dims().to_vec();
+    let (dims, from) = (qt.shape().dims().to_vec(), qt.dtype());
     let (rows, cols) = match dims[..] {
-        [rows, cols] if device.is_cpu() => (rows, cols),
+        [rows, cols] if device.is_cpu() && cols % from.block_size() == 0 => (rows, cols),
         _ => return Ok(QTensor::quantize(&qt.dequantize(device)?, d)?),
     };
-    let (data, from) = (qt.data()?, qt.dtype());
+    let data = qt.data()?;
     let row_bytes = cols / from.block_size() * from.type_size();
     let mut out = Vec::with_capacity(rows * cols / d.block_size() * d.type_size());
     for r0 in (0..rows).step_by(REQUANTIZE_ROWS) {
@@ -570,5 +570,24 @@ impl Transformer {
         };
         model.clear()?;
         Ok(model)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Converting a few thousand rows at a time gives the bytes of converting the whole matrix.
+    #[test]
+    fn requantizing_in_pieces_equals_the_whole_matrix() {
+        let (rows, cols) = (REQUANTIZE_ROWS + 77, 64);
+        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919 % 1013) as f32 / 506.5 - 1.0) * 0.3).collect();
+        let t = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+        let q8 = QTensor::quantize(&t, GgmlDType::Q8_0).unwrap();
+        let whole = QTensor::quantize(&q8.dequantize(&Device::Cpu).unwrap(), GgmlDType::Q4_0).unwrap();
+        let pieces = requantize(&q8, GgmlDType::Q4_0, &Device::Cpu).unwrap();
+        assert_eq!(pieces.shape().dims(), [rows, cols]);
+        assert_eq!(pieces.dtype(), GgmlDType::Q4_0);
+        assert_eq!(pieces.data().unwrap(), whole.data().unwrap());
     }
 }
