@@ -212,7 +212,8 @@ impl ModelFile {
     /// embedding row and the output head.
     pub fn block_bytes(&self) -> u64 {
         let infos = self.content.tensor_infos.iter().filter(|(name, _)| name.starts_with("blk."));
-        infos.map(|(_, t)| (t.shape.elem_count() / t.ggml_dtype.block_size() * t.ggml_dtype.type_size()) as u64).sum()
+        // The header's sizes were checked when the file was read, so none fails here.
+        infos.filter_map(|(_, t)| reader::tensor_bytes(t.shape.dims(), t.ggml_dtype).ok()).sum()
     }
 
     /// The dtype holding most of the weights (what users call the file's quantization).
