@@ -11,9 +11,14 @@ const TOP: usize = 4;
 
 /// `mentor-lab teacher-data` on the default target: whether it succeeded, and its stderr.
 fn teacher_data(input: &Path, out: &Path, top: usize) -> (bool, String) {
+    teacher_data_with(input, out, top, &[])
+}
+
+fn teacher_data_with(input: &Path, out: &Path, top: usize, extra: &[&str]) -> (bool, String) {
     let target = common::target_path();
     let out = Command::new(env!("CARGO_BIN_EXE_mentor-lab"))
         .args(["teacher-data", "--target", target.to_str().unwrap(), "--top", &top.to_string()])
+        .args(extra)
         .arg("--input")
         .arg(input)
         .arg("--out")
@@ -71,6 +76,45 @@ fn teacher_data_holds_the_targets_top_tokens_and_log_probs() {
                 assert!((lp - (row[*t as usize] - lse)).abs() < 1e-5, "{lp} for token {t}");
             }
         }
+    }
+    assert_eq!(o, b.len(), "nothing after the last record");
+}
+
+/// With `--answers draft` each answer is the draft's own sample for the prompt at the seed plus
+/// the line's index, as draft-only generation writes it, and the target's distributions follow it.
+#[test]
+fn draft_answers_are_the_drafts_samples_at_the_lines_seed() {
+    let Some(draft_path) = common::draft_path() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let prompts = ["Write a haiku about rain.", "What is a linked list?"];
+    let lines: Vec<String> = prompts.iter().map(|p| serde_json::json!({ "prompt": p }).to_string()).collect();
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let out = dir.path().join("out.bin");
+    let extra = ["--draft", draft_path.to_str().unwrap(), "--answers", "draft", "--answer-tokens", "12", "--seed", "5"];
+    let (ok, stderr) = teacher_data_with(&input, &out, 2, &extra);
+    assert!(ok, "{stderr}");
+    let b = std::fs::read(&out).unwrap();
+    let mut o = 12;
+    assert_eq!(u32_at(&b, &mut o), 2, "two records");
+    let mut draft = mentor_lab::load_model(&draft_path, WeightFormat::Auto, &candle_core::Device::Cpu).unwrap();
+    for (line, prompt) in prompts.iter().enumerate() {
+        let (n, n_prompt) = (u32_at(&b, &mut o) as usize, u32_at(&b, &mut o) as usize);
+        let ids: Vec<u32> = (0..n).map(|_| u32_at(&b, &mut o)).collect();
+        let req = mentor_lab::GenerateRequest {
+            prompt: prompt.to_string(),
+            seed: 5 + line as u64,
+            max_tokens: 12,
+            mode: mentor_lab::Mode::Draft,
+            ..Default::default()
+        };
+        let cancel = std::sync::atomic::AtomicBool::new(false);
+        let g = mentor_lab::generate::generate_single(&mut draft, None, &req, &cancel, &mut |_| {}).unwrap();
+        let sampled: Vec<u32> = g.tokens.iter().map(|t| t.id).collect();
+        assert!(!sampled.is_empty());
+        assert_eq!(ids[..n_prompt], draft.tokenizer.prompt_ids(prompt, false).unwrap()[..]);
+        assert_eq!(ids[n_prompt..], sampled[..], "line {line}");
+        o += (n - n_prompt) * 2 * 8;
     }
     assert_eq!(o, b.len(), "nothing after the last record");
 }

@@ -2,6 +2,13 @@
 data a small draft for it is distilled from on a GPU machine that cannot hold the target.
 
 Usage: python3 train/qwen_teacher.py MENTOR_LAB_BINARY [--out DIR] [--shards N] [--threads T]
+       python3 train/qwen_teacher.py MENTOR_LAB_BINARY --draft-answers [--out DIR] [--shards N]
+
+With --draft-answers the records are instead the training prompts of train/build/prompts_train.jsonl
+(`python3 train/prompts.py`), shuffled with seed 0, each answered by the pair's draft (the 0.5B
+sibling, T = 0.7, up to 384 tokens, `teacher-data --answers draft`) and scored by the target:
+answers close to the target's own, made at the draft's speed, in DIR/draft-NNNNN.bin (about 8
+minutes a shard of 96 on 2 threads).
 
 Records are (prompt, answer) pairs made from source files found on this machine: the Python
 standard library (*.py) and the Rust crates in Cargo's registry (*.rs, at most two per Python
@@ -86,7 +93,7 @@ def sample_records(samples, prompts_file):
     return out
 
 
-def run_shard(a, base, records):
+def run_shard(a, base, records, extra=()):
     """Write `records` to base.jsonl and the target's distributions over them to base.bin."""
     with open(base + ".jsonl.tmp", "w") as f:
         for r in records:
@@ -94,8 +101,23 @@ def run_shard(a, base, records):
     os.replace(base + ".jsonl.tmp", base + ".jsonl")
     args = [a.binary, "teacher-data", "--pair", "qwen-coder", "--threads", str(a.threads),
             "--input", base + ".jsonl", "--out", base + ".bin", "--top", "16",
-            "--max-tokens", str(MAX_TOKENS)]
+            "--max-tokens", str(MAX_TOKENS), *extra]
     subprocess.run(args, check=True)
+
+
+def draft_answer_shards(a):
+    """Shards of training prompts, each answered by the draft and scored by the target."""
+    prompts = [json.loads(line) for line in open("train/build/prompts_train.jsonl")]
+    order = list(range(len(prompts)))
+    random.Random(0).shuffle(order)
+    n_shards = min(a.shards, len(order) // SHARD)
+    print(f"{len(order)} prompts, {n_shards} shards of {SHARD}", flush=True)
+    for s in range(n_shards):
+        base = os.path.join(a.out, f"draft-{s:05d}")
+        if os.path.exists(base + ".bin"):
+            continue
+        records = [{"prompt": prompts[i]["prompt"]} for i in order[s * SHARD : (s + 1) * SHARD]]
+        run_shard(a, base, records, ["--answers", "draft", "--answer-tokens", "384", "--seed", str(s * SHARD)])
 
 
 def main():
@@ -104,10 +126,14 @@ def main():
     ap.add_argument("--out", default=os.path.expanduser("~/.cache/mentor-lab/qwen-teacher"))
     ap.add_argument("--shards", type=int, default=10**6, help="stop after this many shards")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--draft-answers", action="store_true", help="training prompts answered by the draft")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     for stale in glob.glob(os.path.join(a.out, "*.part")):  # an interrupted shard starts over
         os.remove(stale)
+    if a.draft_answers:
+        draft_answer_shards(a)
+        return
     samples = os.path.join(a.out, "shard-samples")
     if not os.path.exists(samples + ".bin"):
         answers = sample_records(os.path.expanduser("~/.cache/mentor-lab/qwen-samples"), "train/build/prompts_train.jsonl")

@@ -1,21 +1,35 @@
-//! `teacher-data`: the target's next-token distributions over given answers (its top K
-//! log-probabilities at every answer position), the compact data a small draft is distilled from
-//! on a machine that cannot hold the target (`train/qwen_teacher.py`).
+//! `teacher-data`: the target's next-token distributions over answers (its top K
+//! log-probabilities at every answer position), given or sampled from the draft, the compact data a
+//! small draft is distilled from on a machine that cannot hold the target (`train/qwen_teacher.py`).
 
 use super::ModelArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use mentor_lab::generate::{generate_single, GenerateRequest, Mode};
 use std::io::{BufRead, Seek, Write};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 
 #[derive(Args)]
 pub struct TeacherArgs {
     #[command(flatten)]
     models: ModelArgs,
     /// JSON lines, one `{"prompt": …, "answer": …}` per line: the prompt goes through the chat
-    /// template, the answer follows it as the assistant's text.
+    /// template, the answer follows it as the assistant's text (with `--answers draft` the answer
+    /// may be left out).
     #[arg(long)]
     input: PathBuf,
+    /// Where the answers come from: `given` (each line's) or `draft` (the loaded draft samples one
+    /// per prompt at T = 0.7, seed `--seed` + the line's index, up to `--answer-tokens`): text
+    /// close to what the target writes, made at the draft's speed.
+    #[arg(long, value_enum, default_value_t = Answers::Given)]
+    answers: Answers,
+    /// Most tokens of a sampled answer.
+    #[arg(long, default_value_t = 384)]
+    answer_tokens: usize,
+    /// The first line's seed for sampled answers.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     /// The file to write (replaced whole once done; see `train/qwen_teacher.py` for the layout).
     #[arg(long)]
     out: PathBuf,
@@ -27,6 +41,12 @@ pub struct TeacherArgs {
     max_tokens: usize,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Answers {
+    Given,
+    Draft,
+}
+
 /// Rows of logits computed per forward (64 rows of a 151,936-token vocabulary: 39 MB).
 const ROWS_PER_FORWARD: usize = 64;
 
@@ -34,10 +54,10 @@ pub fn teacher_data(args: TeacherArgs) -> Result<()> {
     if args.top == 0 || args.top > 256 {
         bail!("--top must be 1 to 256");
     }
-    let mut engine = super::load_engine(&args.models, false)?;
+    let mut engine = super::load_engine(&args.models, args.answers == Answers::Draft)?;
     let input = std::fs::File::open(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
     let tmp = args.out.with_extension(format!("{}.part", std::process::id()));
-    let written = write_file(&args, &mut engine.target, input, &tmp);
+    let written = write_file(&args, &mut engine, input, &tmp);
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -51,7 +71,7 @@ pub fn teacher_data(args: TeacherArgs) -> Result<()> {
 /// number of records and of answer positions.
 fn write_file(
     args: &TeacherArgs,
-    target: &mut mentor_lab::generate::LoadedModel,
+    engine: &mut mentor_lab::engine::Engine,
     input: std::fs::File,
     tmp: &std::path::Path,
 ) -> Result<(u32, usize)> {
@@ -68,20 +88,14 @@ fn write_file(
             continue;
         }
         let v: serde_json::Value = serde_json::from_str(&line).with_context(|| format!("line {}", n + 1))?;
-        let (Some(prompt), Some(answer)) = (v["prompt"].as_str(), v["answer"].as_str()) else {
-            bail!("line {}: expected {{\"prompt\": …, \"answer\": …}}", n + 1);
-        };
-        let mut ids = target.tokenizer.prompt_ids(prompt, false)?;
-        let n_prompt = ids.len();
-        ids.extend(target.tokenizer.encode(answer)?);
-        ids.truncate(args.max_tokens);
+        let (ids, n_prompt) = record_ids(args, engine, &v, n)?;
         if ids.len() <= n_prompt {
             continue;
         }
         for v in [ids.len() as u32, n_prompt as u32].iter().chain(&ids) {
             out.write_all(&v.to_le_bytes())?;
         }
-        n_positions += write_distributions(&mut target.model, &ids, n_prompt, args.top, &mut out)?;
+        n_positions += write_distributions(&mut engine.target.model, &ids, n_prompt, args.top, &mut out)?;
         n_records += 1;
     }
     let mut file = out.into_inner().map_err(|e| e.into_error())?;
@@ -89,6 +103,39 @@ fn write_file(
     file.write_all(&n_records.to_le_bytes())?;
     file.sync_all()?;
     Ok((n_records, n_positions))
+}
+
+/// A record's tokens: its prompt through the chat template, then its answer (the line's, or one
+/// the draft samples), cut to `--max-tokens`, and the prompt's length.
+fn record_ids(
+    args: &TeacherArgs,
+    engine: &mut mentor_lab::engine::Engine,
+    v: &serde_json::Value,
+    n: usize,
+) -> Result<(Vec<u32>, usize)> {
+    let (Some(prompt), answer) = (v["prompt"].as_str(), v["answer"].as_str()) else {
+        bail!("line {}: expected {{\"prompt\": …, \"answer\": …}}", n + 1);
+    };
+    let mut ids = engine.target.tokenizer.prompt_ids(prompt, false)?;
+    let n_prompt = ids.len();
+    match (args.answers, answer) {
+        (Answers::Given, Some(answer)) => ids.extend(engine.target.tokenizer.encode(answer)?),
+        (Answers::Given, None) => bail!("line {}: no \"answer\" (or pass --answers draft)", n + 1),
+        (Answers::Draft, _) => {
+            let draft = engine.draft.as_mut().context("--answers draft needs a draft model")?;
+            let req = GenerateRequest {
+                prompt: prompt.to_string(),
+                seed: args.seed + n as u64,
+                max_tokens: args.answer_tokens,
+                mode: Mode::Draft,
+                ..GenerateRequest::default()
+            };
+            let generation = generate_single(draft, None, &req, &AtomicBool::new(false), &mut |_| {})?;
+            ids.extend(generation.tokens.iter().map(|t| t.id));
+        }
+    }
+    ids.truncate(args.max_tokens);
+    Ok((ids, n_prompt))
 }
 
 /// Write the target's top `k` log-probabilities at every position that predicts an answer token
