@@ -3,15 +3,17 @@
 
 Usage: python3 train/qwen_distill.py PACK.npz --out DIR [--steps N] [--fractions 0.25,0.5,1]
     [--d 384] [--layers 6] [--heads 6] [--kv 2] [--ffn 1024] [--batch 32] [--lr 2e-3] [--wd 0.01]
-    [--freeze_embd]
+    [--freeze_embd] [--draft_share 0.5]
 
 For each fraction f of the training records (the first f of them), a student (distill.py's Llama
 with the pack's vocabulary, its embedding the pack's first `--d` PCA directions, tied head) trains `--steps` steps
 on −Σ p log q over the teacher's top tokens (p renormalized over them) plus `--tv_weight` × TV at
 T = 0.7 (p at T = 0.7 over its top tokens, q over the whole vocabulary), at every answer position.
 Held-out: mean 1 − TV at T = 0.7 (the rejection rule's acceptance, p truncated to its top tokens)
-and greedy agreement, every `--eval_every` steps; the best of the last fraction's weights are
-written as fp16 (distill.py's `save_f16`) with results.json.
+and greedy agreement, every `--eval_every` steps, over the held-out records answered by the draft
+where the pack has them (the closest to a chat run), else over all; the best of the last
+fraction's weights are written as fp16 (distill.py's `save_f16`) with results.json. Where the pack
+holds both kinds of record, `--draft_share` of each batch is drawn from those answered by the draft.
 """
 import argparse
 import json
@@ -48,6 +50,7 @@ class Pack:
         self.top = torch.from_numpy(z["top"].astype(np.int64)).to(dev)
         self.logp = torch.from_numpy(z["logp"].astype(np.float32)).to(dev)
         self.emb = z["emb_q"].astype(np.float32) * z["emb_scale"]
+        self.kind = z["kind"] if "kind" in z.files else np.zeros(len(self.n_prompt), np.uint8)
         self.dev = dev
 
     def batch(self, idx):
@@ -124,12 +127,18 @@ def train(pack, train_idx, held, a, dev):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd}, {"params": nodecay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95))
     rng = np.random.default_rng(0)
+    by_kind = [train_idx[pack.kind[train_idx] == k] for k in (0, 1)]
+    n_draft = int(round(a.batch * a.draft_share)) if all(len(b) for b in by_kind) else None
     best, best_state, curve = (-1.0, 0.0), None, []
     for step in range(1, a.steps + 1):
         lr = a.lr * min(1.0, step / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / a.steps)))
         for g in opt.param_groups:
             g["lr"] = lr
-        idx = rng.choice(train_idx, size=min(a.batch, len(train_idx)), replace=False)
+        if n_draft is None:
+            idx = rng.choice(train_idx, size=min(a.batch, len(train_idx)), replace=False)
+        else:
+            idx = np.concatenate([rng.choice(by_kind[1], size=min(n_draft, len(by_kind[1])), replace=False),
+                                  rng.choice(by_kind[0], size=min(a.batch - n_draft, len(by_kind[0])), replace=False)])
         logits, top, logp, temp = scores(student, pack, idx)
         loss, acc, _ = loss_and_acceptance(logits, top, logp, temp, a.tv_weight)
         opt.zero_grad(set_to_none=True)
@@ -164,12 +173,15 @@ def main():
     ap.add_argument("--eval_every", type=int, default=250)
     ap.add_argument("--wd", type=float, default=0.01, help="weight decay of the matrices")
     ap.add_argument("--freeze_embd", action="store_true", help="keep the PCA embedding (and tied head) as initialised")
+    ap.add_argument("--draft_share", type=float, default=0.5, help="share of a batch answered by the draft")
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = "cuda"
     os.makedirs(a.out, exist_ok=True)
     pack = Pack(a.pack, dev)
-    held = np.flatnonzero(pack.heldout)
+    held = np.flatnonzero(pack.heldout & (pack.kind == 1))
+    if len(held) == 0:
+        held = np.flatnonzero(pack.heldout)
     train_all = np.flatnonzero(~pack.heldout)
     log(f"{len(train_all)} training records, {len(held)} held out, vocabulary {len(pack.vocab)}")
     results = {"args": vars(a), "runs": []}

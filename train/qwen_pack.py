@@ -2,12 +2,15 @@
 initial embedding into one compressed file small enough to travel to a GPU machine.
 
 Usage: python3 train/qwen_pack.py TARGET.gguf [--shards DIR] [--out FILE] [--d 384] [--top 8]
+    [--kinds shard,draft]
 
 The student's vocabulary is the target's tokens that a Qwen draft's head may propose (the shipped
 head-token list) and every token of the data; its ids are those tokens in ascending order
 (`vocab`). Per record: its tokens in student ids, where its answer starts; per answer position the
 teacher's `--top` most likely tokens among the student's vocabulary (student ids) and their
-log-probabilities (float16). Every 20th record is held out (`heldout`). The initial embedding is
+log-probabilities (float16); its kind (`kind`: 0 for `shard-*.bin`, file contents and the target's
+own answers; 1 for `draft-*.bin`, training prompts answered by the draft). Every 20th record is
+held out (`heldout`). The initial embedding is
 the target's embedding of the student's tokens projected onto its `--d` top principal directions,
 int8 with a scale per row. Writes train/build/qwen_pack.npz by default.
 """
@@ -65,8 +68,14 @@ def main():
     ap.add_argument("--out", default="train/build/qwen_pack.npz")
     ap.add_argument("--d", type=int, default=384)
     ap.add_argument("--top", type=int, default=8)
+    ap.add_argument("--kinds", default="shard,draft", help="which shard files to read (their name's prefix)")
     a = ap.parse_args()
-    records = [r for p in sorted(glob.glob(os.path.join(a.shards, "shard-*.bin"))) for r in read_shard(p)]
+    records, kinds = [], []
+    for kind, prefix in enumerate(["shard", "draft"]):
+        if prefix in a.kinds.split(","):
+            found = [r for p in sorted(glob.glob(os.path.join(a.shards, prefix + "-*.bin"))) for r in read_shard(p)]
+            records += found
+            kinds += [kind] * len(found)
     head = np.loadtxt(HEAD_LIST, dtype=np.int64)
     vocab = np.union1d(head, np.concatenate([r[0] for r in records]))
     assert len(vocab) < 65535, len(vocab)
@@ -82,7 +91,7 @@ def main():
         tops.append(s.astype(np.uint16))  # 65535: outside the student's vocabulary
         logps.append(np.where(s == 65535, -np.inf, logp[:, : a.top]).astype(np.float16))
     n_pos = sum(len(t) for t in tops)
-    print(f"{len(records)} records, {starts[-1]} tokens, {n_pos} answer positions, student vocabulary {len(vocab)}")
+    print(f"{len(records)} records ({sum(kinds)} answered by the draft), {starts[-1]} tokens, {n_pos} answer positions, student vocabulary {len(vocab)}")
     emb = pca_embedding(a.target, vocab, a.d)
     scale = np.abs(emb).max(1, keepdims=True) / 127 + 1e-12
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
@@ -90,7 +99,7 @@ def main():
     np.savez_compressed(
         tmp, vocab=vocab.astype(np.uint32), tokens=np.concatenate(tokens), starts=np.array(starts, np.int64),
         n_prompt=np.array(prompts, np.int32), top=np.concatenate(tops), logp=np.concatenate(logps),
-        heldout=(np.arange(len(records)) % 20 == 0), emb_q=np.round(emb / scale).astype(np.int8),
+        heldout=(np.arange(len(records)) % 20 == 0), kind=np.array(kinds, np.uint8), emb_q=np.round(emb / scale).astype(np.int8),
         emb_scale=scale.astype(np.float32))
     os.replace(tmp, a.out)
     print(f"{a.out}: {os.path.getsize(a.out) / 1e6:.1f} MB")

@@ -35,7 +35,8 @@ pub struct BenchArgs {
     /// parameter: cascade=α, fuzzy=T, typical=ε, lenience=l (add ,nobonus; auto
     /// also copies from the context unless ,nolookup, and after drafted tokens unless ,notail,
     /// and from the files of --copy-from unless ,nocorpus;
-    /// ,feature drafts with the shipped feature draft instead of the loaded one).
+    /// ,feature drafts with the shipped feature draft instead of the loaded one, ,other with
+    /// --other-draft).
     /// Repeat the flag or separate with spaces.
     #[arg(long = "config", num_args = 1.., default_values_t = default_configs())]
     configs: Vec<String>,
@@ -53,6 +54,10 @@ pub struct BenchArgs {
     /// The rules of --frontier (comma-separated; kl is left out by default: its π is slow).
     #[arg(long, value_delimiter = ',', default_value = super::frontier::DEFAULT_RULES)]
     frontier_rules: Vec<MentorRule>,
+    /// A second draft for the configurations that say `,other`, so that two drafts are compared
+    /// in one process.
+    #[arg(long, value_name = "FILE")]
+    other_draft: Option<PathBuf>,
 }
 
 fn default_configs() -> Vec<String> {
@@ -79,8 +84,8 @@ pub struct BenchConfig {
     pub drafting: Drafting,
     pub verify: Verify,
     /// Another draft this configuration runs with instead of the loaded one (`,feature`: the
-    /// shipped feature draft; `,dw=q4_0`: the loaded draft in other weights), so that both are
-    /// compared in one process.
+    /// shipped feature draft; `,dw=q4_0`: the loaded draft in other weights; `,other`: the file of
+    /// `--other-draft`), so that both are compared in one process.
     pub other_draft: Option<OtherDraft>,
     /// The coupling this configuration names, if any (`,sameseed`, `,maxaccept`).
     pub coupling: Option<Coupling>,
@@ -92,6 +97,7 @@ pub struct BenchConfig {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum OtherDraft {
     Feature,
+    File,
     Weights(WeightFormat),
 }
 
@@ -122,10 +128,11 @@ pub fn parse_config(s: &str) -> Result<BenchConfig> {
             "nocorpus" => c.no_corpus = true,
             "noamx" => bail!("`noamx` in config `{s}`: the kernels are chosen once per process; run bench again with --kernel noamx"),
             "feature" => c.other_draft = Some(OtherDraft::Feature),
+            "other" => c.other_draft = Some(OtherDraft::File),
             "dw" => c.other_draft = Some(OtherDraft::Weights(value.parse().map_err(anyhow::Error::msg)?)),
             "sameseed" | "same-seed" => c.coupling = Some(Coupling::SameSeed),
             "maxaccept" | "max-acceptance" => c.coupling = Some(Coupling::MaxAcceptance),
-            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tree=WxD, tv=D, kl=D, nobonus, side, nolookup, notail, nocorpus, feature, dw=FORMAT, sameseed, maxaccept"),
+            _ => bail!("unknown part `{part}` in config `{s}`: use target, draft, fixed=K, auto, tree=WxD, tv=D, kl=D, nobonus, side, nolookup, notail, nocorpus, feature, other, dw=FORMAT, sameseed, maxaccept"),
         }
     }
     c.drafting = Drafting::from_controls(len, tree, side, Lookup::from_flags(lookup, tail))
@@ -287,7 +294,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// The other draft of a comparison (`,feature` or `,dw=FORMAT`), swapped in for the
+/// The other draft of a comparison (`,feature`, `,other` or `,dw=FORMAT`), swapped in for the
 /// configurations that name it; and the corpus (`--copy-from`), taken out for those that say
 /// `,nocorpus`.
 struct Drafts {
@@ -308,11 +315,17 @@ impl Drafts {
                     .context("`,feature` needs assets/models/smollm2-135m-feature-draft.Q8_0.gguf")?,
                 args.models.draft_weights.unwrap_or(args.models.weights),
             ),
+            [OtherDraft::File] => (
+                args.other_draft.clone().context("`,other` needs --other-draft FILE")?,
+                args.models.draft_weights.unwrap_or(args.models.weights),
+            ),
             [OtherDraft::Weights(w)] => {
                 let loaded = engine.draft.as_ref().context("`,dw=FORMAT` needs a draft: pass --draft or --pair")?;
                 (loaded.info.path.clone(), w)
             }
-            _ => bail!("the configurations name {named:?}: one other draft per run (`,feature` or one `,dw=FORMAT`)"),
+            _ => bail!(
+                "the configurations name {named:?}: one other draft per run (`,feature`, `,other` or one `,dw=FORMAT`)"
+            ),
         };
         let (device, options) = (mentor_lab::model::default_device(), args.models.options()?);
         let d = mentor_lab::engine::load_draft(&path, &engine.target, None, weights, &device, &options)?;
@@ -502,6 +515,7 @@ mod tests {
         let c = parse_config("auto,tv=0,dw=q4_0").unwrap();
         assert_eq!(c.other_draft, Some(OtherDraft::Weights(WeightFormat::Q4_0)));
         assert!(parse_config("auto,dw=q3").is_err());
+        assert_eq!(parse_config("fixed=2,tv=0,other").unwrap().other_draft, Some(OtherDraft::File));
         let e = parse_config("auto,fast").unwrap_err().to_string();
         assert!(e.contains("unknown part `fast`") && e.contains("notail"), "{e}");
         assert!(parse_config("fixed=8,tv=much").unwrap_err().to_string().contains("not a number"));
