@@ -174,9 +174,10 @@ def main():
     ap.add_argument("--wd", type=float, default=0.01, help="weight decay of the matrices")
     ap.add_argument("--freeze_embd", action="store_true", help="keep the PCA embedding (and tied head) as initialised")
     ap.add_argument("--draft_share", type=float, default=0.5, help="share of a batch answered by the draft")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test")
     a = ap.parse_args()
     torch.manual_seed(0)
-    dev = "cuda"
+    dev = a.device
     os.makedirs(a.out, exist_ok=True)
     pack = Pack(a.pack, dev)
     held = np.flatnonzero(pack.heldout & (pack.kind == 1))
