@@ -141,6 +141,8 @@ def train(pack, train_idx, held, a, dev):
                                   rng.choice(by_kind[0], size=min(a.batch - n_draft, len(by_kind[0])), replace=False)])
         logits, top, logp, temp = scores(student, pack, idx)
         loss, acc, _ = loss_and_acceptance(logits, top, logp, temp, a.tv_weight)
+        if not torch.isfinite(loss):
+            raise SystemExit(f"step {step}: the loss is not finite")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)

@@ -5,7 +5,7 @@ Usage: python3 train/qwen_pack.py TARGET.gguf [--shards DIR] [--out FILE] [--d 3
     [--kinds shard,draft]
 
 The student's vocabulary is the target's tokens that a Qwen draft's head may propose (the shipped
-head-token list) and every token of the data; its ids are those tokens in ascending order
+head-token list), every token of the data and every first choice of the teacher; its ids are those tokens in ascending order
 (`vocab`). Per record: its tokens in student ids, where its answer starts; per answer position the
 teacher's `--top` most likely tokens among the student's vocabulary (student ids) and their
 log-probabilities (float16); its kind (`kind`: 0 for `shard-*.bin`, file contents and the target's
@@ -77,7 +77,9 @@ def main():
             records += found
             kinds += [kind] * len(found)
     head = np.loadtxt(HEAD_LIST, dtype=np.int64)
-    vocab = np.union1d(head, np.concatenate([r[0] for r in records]))
+    # Every token of the data and every teacher's first choice, so that no position's targets all
+    # fall outside the vocabulary.
+    vocab = np.union1d(head, np.concatenate([r[0] for r in records] + [r[2][:, 0] for r in records]))
     assert len(vocab) < 65535, len(vocab)
     n_ids = 1 + max(int(vocab.max()), max(int(r[2].max()) for r in records))
     to_student = np.full(n_ids, 65535, np.int64)
