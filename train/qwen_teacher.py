@@ -93,7 +93,7 @@ def sample_records(samples, prompts_file):
     return out
 
 
-def run_shard(a, base, records, extra=()):
+def run_shard(a, base, records, extra):
     """Write `records` to base.jsonl and the target's distributions over them to base.bin."""
     with open(base + ".jsonl.tmp", "w") as f:
         for r in records:
@@ -105,19 +105,25 @@ def run_shard(a, base, records, extra=()):
     subprocess.run(args, check=True)
 
 
+def run_shards(a, prefix, records, extra=lambda s: []):
+    """`records` in shards of SHARD, DIR/prefix-NNNNN.bin (`extra(s)`: shard s's further
+    teacher-data arguments), skipping the shards already made."""
+    n_shards = min(a.shards, len(records) // SHARD)
+    print(f"{len(records)} records, {n_shards} shards of {SHARD}", flush=True)
+    for s in range(n_shards):
+        base = os.path.join(a.out, f"{prefix}-{s:05d}")
+        if not os.path.exists(base + ".bin"):
+            run_shard(a, base, records[s * SHARD : (s + 1) * SHARD], extra(s))
+
+
 def draft_answer_shards(a):
-    """Shards of training prompts, each answered by the draft and scored by the target."""
+    """Training prompts, each answered by the draft (seed: the record's index) and scored by the
+    target."""
     prompts = [json.loads(line) for line in open("train/build/prompts_train.jsonl")]
     order = list(range(len(prompts)))
     random.Random(0).shuffle(order)
-    n_shards = min(a.shards, len(order) // SHARD)
-    print(f"{len(order)} prompts, {n_shards} shards of {SHARD}", flush=True)
-    for s in range(n_shards):
-        base = os.path.join(a.out, f"draft-{s:05d}")
-        if os.path.exists(base + ".bin"):
-            continue
-        records = [{"prompt": prompts[i]["prompt"]} for i in order[s * SHARD : (s + 1) * SHARD]]
-        run_shard(a, base, records, ["--answers", "draft", "--answer-tokens", "384", "--seed", str(s * SHARD)])
+    records = [{"prompt": prompts[i]["prompt"]} for i in order]
+    run_shards(a, "draft", records, lambda s: ["--answers", "draft", "--answer-tokens", "384", "--seed", str(s * SHARD)])
 
 
 def main():
@@ -138,15 +144,9 @@ def main():
     if not os.path.exists(samples + ".bin"):
         answers = sample_records(os.path.expanduser("~/.cache/mentor-lab/qwen-samples"), "train/build/prompts_train.jsonl")
         if answers:
-            run_shard(a, samples, answers)
+            run_shard(a, samples, answers, [])
     records = [r for i, (p, lang) in enumerate(files()) if (r := record(p, lang, i)) is not None]
-    n_shards = min(a.shards, len(records) // SHARD)
-    print(f"{len(records)} records, {n_shards} shards of {SHARD}", flush=True)
-    for s in range(n_shards):
-        base = os.path.join(a.out, f"shard-{s:05d}")
-        if os.path.exists(base + ".bin"):
-            continue
-        run_shard(a, base, records[s * SHARD : (s + 1) * SHARD])
+    run_shards(a, "shard", records)
 
 
 if __name__ == "__main__":
