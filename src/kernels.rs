@@ -124,6 +124,10 @@ const GGML_Q8_0_BYTES: usize = 34;
 /// Activation rows one kernel call handles together (accumulators in registers).
 #[cfg(target_arch = "x86_64")]
 const MAX_GROUP: usize = 5;
+/// Activation rows one AVX2 call (4- and 6-bit weights, no VNNI) handles together: measured in
+/// [`Q4Matrix::rows_avx2_impl`]'s note.
+#[cfg(target_arch = "x86_64")]
+const AVX2_GROUP: usize = 4;
 /// Output rows handled per task.
 const OUT_CHUNK: usize = 32;
 
