@@ -42,6 +42,10 @@ const PROBE_LEN: usize = 2;
 /// gain. Measured on the default pair (creative, TV 0): verifying 2 tokens cost 1.39 steps and α
 /// was ~0.5, so k = 1 promised ~1.00x and delivered 0.81–0.87x in `bench` without this margin.
 const MIN_GAIN: f64 = 1.05;
+/// In a drafting streak, drafting goes on while it promises at least this: stopping at
+/// `MIN_GAIN` too made runs on the Qwen pair (AVX2, `code`, where k = 1 gains ~1.1x and α ≈ 0.8)
+/// stop at every dip of the running α, and lose to a fixed draft length of 1.
+const STAY_GAIN: f64 = 1.0;
 
 mod acceptance;
 mod costs;
@@ -102,7 +106,7 @@ impl AdaptivePolicy {
     }
 
     /// A draft length for the next round (at most `cap`) whose expected rate beats a target step by
-    /// `MIN_GAIN`, or a probe's; 0: take a target step. Callers in `auto` use it only to decide
+    /// `MIN_GAIN` (by `STAY_GAIN` in a drafting streak), or a probe's; 0: take a target step. Callers in `auto` use it only to decide
     /// whether to draft ([`Self::depth_thresholds`] decides how far).
     pub fn next_len(&mut self, cap: usize) -> usize {
         let cap = cap.min(MAX_DRAFT_LEN);
@@ -117,7 +121,7 @@ impl AdaptivePolicy {
         let (best, gain) = (1..=cap)
             .filter_map(|k| self.expected_rate(k).map(|r| (k, r / step.max(1e-12))))
             .max_by(|a, b| a.1.total_cmp(&b.1))
-            .filter(|&(_, gain)| gain >= MIN_GAIN)
+            .filter(|&(_, gain)| gain >= if self.schedule.drafting() { STAY_GAIN } else { MIN_GAIN })
             .unwrap_or((0, 1.0));
         self.schedule.draft_len(best, gain, cap)
     }
@@ -199,7 +203,7 @@ impl AdaptivePolicy {
     pub fn observe(&mut self, n_proposed: usize, n_accepted: usize, draft_token_s: Option<f64>, verify_s: f64) {
         let draft_token_s = draft_token_s.filter(|_| n_proposed > 0);
         self.costs.record(n_proposed + 1, verify_s, draft_token_s);
-        self.schedule.observe_round(n_proposed);
+        self.schedule.observe_round(n_proposed, n_proposed > 0 && n_accepted == 0);
         if n_proposed > 0 {
             self.accept.observe_round(n_accepted);
         }
@@ -220,7 +224,7 @@ impl AdaptivePolicy {
     /// seconds: its cost alone (a tree of copies records their acceptance node by node).
     pub fn observe_verify(&mut self, n_proposed: usize, verify_s: f64) {
         self.costs.record(n_proposed + 1, verify_s, None);
-        self.schedule.observe_round(n_proposed);
+        self.schedule.observe_round(n_proposed, false);
     }
 
     /// Record copies appended to a drafting round ([`Self::copy_tail_len`]) that verification

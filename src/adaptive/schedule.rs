@@ -3,11 +3,14 @@
 
 use super::PROBE_LEN;
 
-/// After this many consecutive target-only steps, probe with a drafting round; each probe that
-/// leaves target-only steps the better choice doubles the wait, up to `MAX_PROBE_EVERY`. A probe
-/// costs the draft's catching up on the skipped tokens plus a verify (measured when probes were 2
-/// tokens: ~16 ms for ~1.5 tokens on the default pair at α ≈ 0.4, against ~7 ms per target step;
-/// one every 8 steps cost ~7%). Its length is the depth rule's, as in any drafting round.
+/// After this many consecutive target-only steps, probe with a drafting round; each probe whose
+/// first drafted token is rejected doubles the wait, up to `MAX_PROBE_EVERY`, while an accepted
+/// one keeps it: doubling after every probe that left target steps the better choice locked runs
+/// into target steps after one dip of α (Qwen pair, `code`, AVX2: 60 to 120 steps at a time,
+/// each probe moving α by only a tenth of the way up). A probe costs the draft's catching up on
+/// the skipped tokens plus a verify (measured when probes were 2 tokens: ~16 ms for ~1.5 tokens
+/// on the default pair at α ≈ 0.4, against ~7 ms per target step; one every 8 steps cost ~7%).
+/// Its length is the depth rule's, as in any drafting round.
 const PROBE_EVERY: usize = 8;
 const MAX_PROBE_EVERY: usize = 64;
 /// While drafting wins, a target-only step is timed again after this many rounds if drafting's
@@ -30,11 +33,22 @@ pub(super) struct Scheduler {
     probe_every: usize,
     /// Copies declined since the last one made.
     lookups_declined: usize,
+    /// Whether the last decision was to draft (not a probe or a retiming step).
+    drafting: bool,
+    /// Whether the round being made is a probe.
+    probing: bool,
 }
 
 impl Default for Scheduler {
     fn default() -> Self {
-        Scheduler { steps_since_probe: 0, rounds_since_step: 0, probe_every: PROBE_EVERY, lookups_declined: 0 }
+        Scheduler {
+            steps_since_probe: 0,
+            rounds_since_step: 0,
+            probe_every: PROBE_EVERY,
+            lookups_declined: 0,
+            drafting: false,
+            probing: false,
+        }
     }
 }
 
@@ -45,11 +59,12 @@ impl Scheduler {
         if best > 0 && gain < RETIME_GAIN && self.rounds_since_step >= RETIME_EVERY {
             return 0;
         }
+        self.drafting = best > 0;
         if best == 0 {
             self.steps_since_probe += 1;
             if self.steps_since_probe >= self.probe_every {
                 self.steps_since_probe = 0;
-                self.probe_every = (2 * self.probe_every).min(MAX_PROBE_EVERY);
+                self.probing = true;
                 return PROBE_LEN.min(cap);
             }
         } else {
@@ -57,6 +72,11 @@ impl Scheduler {
             self.probe_every = PROBE_EVERY;
         }
         best
+    }
+
+    /// Whether the policy is in a drafting streak (its last decision was to draft).
+    pub(super) fn drafting(&self) -> bool {
+        self.drafting
     }
 
     /// The copy's length given the length `k` its estimates chose (0: declined): after
@@ -74,8 +94,12 @@ impl Scheduler {
         0
     }
 
-    /// A round was made, drafting (or copying) `n_proposed` tokens.
-    pub(super) fn observe_round(&mut self, n_proposed: usize) {
+    /// A round was made, drafting (or copying) `n_proposed` tokens; `first_rejected`: the target
+    /// rejected its first drafted token.
+    pub(super) fn observe_round(&mut self, n_proposed: usize, first_rejected: bool) {
         self.rounds_since_step = if n_proposed == 0 { 0 } else { self.rounds_since_step + 1 };
+        if std::mem::take(&mut self.probing) && first_rejected {
+            self.probe_every = (2 * self.probe_every).min(MAX_PROBE_EVERY);
+        }
     }
 }

@@ -29,10 +29,17 @@ fn speculates_when_verification_is_cheap_and_acceptance_high() {
 #[test]
 fn steps_alone_near_break_even_and_probes_now_and_then() {
     // The default pair on a CPU at TV 0: verify(2) = 1.39 steps, α = 0.5, draft 1.2 ms.
-    let mut p = trained(0.5, 0.0012, |n| 0.010 * (1.0 + 0.39 * (n as f64 - 1.0)));
+    let verify = |n: usize| 0.010 * (1.0 + 0.39 * (n as f64 - 1.0));
+    let mut p = trained(0.5, 0.0012, verify);
     assert!(p.expected_rate(1).unwrap() < MIN_GAIN * p.expected_rate(0).unwrap());
-    // Probes after 8, then 16, 32, 64, 64 … target steps.
-    let choices: Vec<usize> = (0..8 + 16 + 32 + 64 + 64).map(|_| p.next_len(MAX_DRAFT_LEN)).collect();
+    // Every probe rejected at its first token: probes after 8, then 16, 32, 64, 64 … target steps.
+    let mut choices = Vec::new();
+    for _ in 0..8 + 16 + 32 + 64 + 64 {
+        let k = p.next_len(MAX_DRAFT_LEN);
+        choices.push(k);
+        p.observe(k, 0, Some(0.0012), verify(k + 1));
+        p.accept.alpha = 0.5;
+    }
     let probes: Vec<usize> = choices.iter().enumerate().filter(|&(_, &k)| k == PROBE_LEN).map(|(i, _)| i).collect();
     assert_eq!(probes, vec![7, 8 + 15, 8 + 16 + 31, 8 + 16 + 32 + 63, 8 + 16 + 32 + 64 + 63], "{choices:?}");
     assert!(choices.iter().all(|&k| k == 0 || k == PROBE_LEN), "{choices:?}");
@@ -42,6 +49,52 @@ fn steps_alone_near_break_even_and_probes_now_and_then() {
     p.accept.alpha = 0.5;
     let again: Vec<usize> = (0..8).map(|_| p.next_len(MAX_DRAFT_LEN)).collect();
     assert_eq!(again[7], PROBE_LEN, "{again:?}");
+}
+
+#[test]
+fn accepted_probes_keep_the_wait() {
+    let verify = |n: usize| 0.010 * (1.0 + 0.39 * (n as f64 - 1.0));
+    let mut p = trained(0.5, 0.0012, verify);
+    let mut probes = Vec::new();
+    for i in 0..64 {
+        let k = p.next_len(MAX_DRAFT_LEN);
+        if k > 0 {
+            probes.push(i);
+        }
+        // Accepted, but α is held where target steps stay the better choice.
+        p.observe(k, k, Some(0.0012), verify(k + 1));
+        p.accept.alpha = 0.5;
+    }
+    assert_eq!(probes, vec![7, 15, 23, 31, 39, 47, 55, 63]);
+    // A copy-only round during the wait does not double it.
+    for _ in 0..7 {
+        assert_eq!(p.next_len(MAX_DRAFT_LEN), 0);
+    }
+    assert_eq!(p.next_len(MAX_DRAFT_LEN), PROBE_LEN);
+    p.observe_verify(3, verify(4));
+    let next: Vec<usize> = (0..8).map(|_| p.next_len(MAX_DRAFT_LEN)).collect();
+    assert_eq!(next[7], PROBE_LEN, "{next:?}");
+}
+
+#[test]
+fn a_drafting_streak_stops_only_below_break_even() {
+    // Target steps of 10 ms, verify(2) 13 ms, draft 2 ms: k = 1 gains (1 + α) / 1.5.
+    let verify = |n: usize| 0.010 + 0.003 * (n as f64 - 1.0);
+    let gain = |p: &AdaptivePolicy| p.expected_rate(1).unwrap() / p.expected_rate(0).unwrap();
+    // Stepping at α = 0.55 (a gain of 1.03): it takes target steps.
+    let mut p = trained(0.55, 0.002, verify);
+    assert!(gain(&p) > STAY_GAIN && gain(&p) < MIN_GAIN);
+    assert_eq!(p.next_len(1), 0);
+    // At α = 0.8 it drafts; back at 0.55 it goes on, and stops below break-even.
+    p.accept.alpha = 0.8;
+    assert_eq!(p.next_len(1), 1);
+    p.accept.alpha = 0.55;
+    assert_eq!(p.next_len(1), 1, "inside the band a streak goes on");
+    p.accept.alpha = 0.45;
+    assert!(gain(&p) < STAY_GAIN);
+    assert_eq!(p.next_len(1), 0);
+    p.accept.alpha = 0.55;
+    assert_eq!(p.next_len(1), 0, "and inside the band it does not restart");
 }
 
 #[test]
@@ -139,8 +192,8 @@ fn catching_up_after_target_steps_is_not_a_drafting_cost() {
     // otherwise draft (α = 0.55, steps 9.3 ms, verifies of 2 and 3 rows 11.2 and 12.5 ms: k = 2
     // promises 1.20x with drafts of 0.9 ms, under 1.05x with 2.55 ms).
     let verify = |n: usize| [0.0, 0.0093, 0.0112, 0.0125, 0.0142][n.min(4)];
+    assert!(trained(0.55, 0.0009, verify).next_len(MAX_DRAFT_LEN) > 0);
     let mut p = trained(0.55, 0.0009, verify);
-    assert!(p.next_len(MAX_DRAFT_LEN) > 0);
     for _ in 0..RECENT {
         p.costs.t_draft.push(0.0051 / 2.0); // the probe's whole draft time over its 2 tokens
     }
