@@ -106,8 +106,9 @@ impl AdaptivePolicy {
     }
 
     /// A draft length for the next round (at most `cap`) whose expected rate beats a target step by
-    /// `MIN_GAIN` (by `STAY_GAIN` in a drafting streak), or a probe's; 0: take a target step. Callers in `auto` use it only to decide
-    /// whether to draft ([`Self::depth_thresholds`] decides how far).
+    /// `MIN_GAIN` (by `STAY_GAIN` in a drafting streak), or a probe's; 0: take a target step.
+    /// Callers in `auto` use it only to decide whether to draft ([`Self::depth_thresholds`] decides
+    /// how far).
     pub fn next_len(&mut self, cap: usize) -> usize {
         let cap = cap.min(MAX_DRAFT_LEN);
         if cap == 0 {
