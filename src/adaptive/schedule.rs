@@ -33,7 +33,8 @@ pub(super) struct Scheduler {
     probe_every: usize,
     /// Copies declined since the last one made.
     lookups_declined: usize,
-    /// Whether the last decision was to draft (not a probe or a retiming step).
+    /// Whether the policy is in a drafting streak: its last decision was to draft (a retiming
+    /// step keeps the streak; a probe is not one).
     drafting: bool,
     /// Whether the round being made is a probe.
     probing: bool,
